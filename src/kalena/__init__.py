@@ -1,0 +1,3 @@
+"""Kalena: harvest reserved-but-idle cluster capacity without endangering production."""
+
+__version__ = "0.1.0"
