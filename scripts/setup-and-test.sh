@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything Kalena's tests need on a fresh machine, then runs the whole suite:
+# lint (ruff), the architecture contracts (import-linter) and every test, slow ones included.
+# Idempotent: a second run reuses the virtual environment and only reinstalls what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "Kalena needs Python 3.11 or newer; $PY is $("$PY" --version 2>&1)" >&2
+  exit 2
+fi
+
+# Python packages, in a project-local virtual environment.
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+export PATH="$PWD/.venv/bin:$PATH"
+
+echo "== ruff"
+ruff check src tests bench
+ruff format --check src tests bench
+echo "== import contracts"
+lint-imports
+echo "== tests"
+# -n 2: the CI machine has two cores. Slow suites run too (they are marked, not skipped).
+set +e
+python -m pytest -n 2 -p no:cacheprovider "$@"
+rc=$?
+set -e
+# pytest's 5 means "no tests collected": treat it as a failure, never as a green run.
+exit $rc
