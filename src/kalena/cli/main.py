@@ -1,0 +1,48 @@
+"""The ``kalena`` command: a thin registry of sub-commands, one module per sub-command.
+
+Each sub-command lives in its own module under ``kalena.cli`` and exposes a Typer ``app``;
+this file only wires them together (``kalena ir ...`` is :mod:`kalena.cli.ir`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kalena import __version__
+from kalena.cli import ir
+
+app = typer.Typer(
+    name="kalena",
+    help="Harvest reserved-but-idle cluster capacity without endangering production.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(ir.app, name="ir")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kalena {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Kalena: reclamation, batch co-scheduling and deployability checks over Kuberina plans."""
+
+
+def main() -> None:
+    """Entry point of the ``kalena`` script (``pyproject.toml``)."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

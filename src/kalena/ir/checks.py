@@ -1,0 +1,106 @@
+"""Checks across documents: a blueprint against its workloads and its infrastructure.
+
+* Every blueprint key names a pod of the workloads (a full ``namespace/pod`` id, or in a
+  legacy blueprint a bare pod name that must be unique across namespaces), once.
+* Every pod of the workloads appears in the blueprint.
+* Every node the blueprint names exists in the infrastructure.
+* With all three documents: every placement respects the pod's nodeSelector and tolerates
+  the node's taints (by key, as IR v1 says), and the request ledger holds: on every node and
+  dimension, the summed requests of its pods stay within C_n (allocatable minus Phase 0).
+
+Problems are reported against the blueprint file, with key paths ``solution.<key>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from kalena.core.cluster import LedgerBreach
+from kalena.core.model import NodeSpec, WorkloadSpec, selector_matches, tolerates_all
+from kalena.ir.document import BlueprintDoc, DeclDoc, InfraDoc, WorkloadsDoc
+from kalena.ir.errors import Problem, ProblemLog
+
+
+def pod_name_index(workloads: WorkloadsDoc) -> dict[str, list[str]]:
+    """Bare pod name -> pod ids (more than one when namespaces reuse a name)."""
+    index: dict[str, list[str]] = {}
+    for pid, _ in workloads.pods():
+        index.setdefault(pid.split("/", 1)[1], []).append(pid)
+    return index
+
+
+def resolve_solution(
+    blueprint: BlueprintDoc, workloads: WorkloadsDoc, log: ProblemLog
+) -> tuple[dict[str, str], dict[str, str]]:
+    """``(placement, key_of)``: pod id -> node, and pod id -> the blueprint key that placed it."""
+    known: dict[str, DeclDoc] = dict(workloads.pods())
+    bare = pod_name_index(workloads) if blueprint.legacy else {}
+    placement: dict[str, str] = {}
+    key_of: dict[str, str] = {}
+    for key, node in blueprint.solution:
+        if key in known:
+            pid = key
+        elif "/" not in key and len(bare.get(key, ())) == 1:
+            pid = bare[key][0]
+        elif "/" not in key and len(bare.get(key, ())) > 1:
+            log.add(("solution", key), f"ambiguous bare pod name: {', '.join(bare[key])}", key)
+            continue
+        else:
+            log.add(("solution", key), "blueprint names unknown pod", key)
+            continue
+        if pid in placement:
+            log.add(("solution", key), f"pod {pid} is placed twice (also as {key_of[pid]!r})", key)
+            continue
+        placement[pid] = node
+        key_of[pid] = key
+    for pid in known:
+        if pid not in placement:
+            log.add("solution", "pod of the workloads is missing from the blueprint", pid)
+    return placement, key_of
+
+
+def check_nodes(blueprint: BlueprintDoc, infra: InfraDoc, log: ProblemLog) -> None:
+    names = {n.name for n in infra.nodes}
+    for key, node in blueprint.solution:
+        if node not in names:
+            log.add(("solution", key), "blueprint places the pod on an unknown node", node)
+
+
+def check_fit(
+    placement: Mapping[str, str],
+    key_of: Mapping[str, str],
+    nodes: Mapping[str, NodeSpec],
+    workloads: Mapping[str, WorkloadSpec],
+    log: ProblemLog,
+) -> None:
+    """nodeSelector and taints per placement (the request ledger is checked on the Cluster)."""
+    for pid, node_name in placement.items():
+        node = nodes.get(node_name)
+        if node is None:
+            continue  # reported by check_nodes
+        w = workloads[pid]
+        if not selector_matches(w.node_selector, node.labels):
+            log.add(
+                ("solution", key_of[pid]),
+                f"node {node_name} does not match the pod's nodeSelector",
+                node_name,
+            )
+        if not tolerates_all(w.tolerations, node.taints):
+            log.add(
+                ("solution", key_of[pid]), f"the pod does not tolerate the taints of {node_name}", node_name
+            )
+
+
+def ledger_problems(file: str, breaches: Iterable[LedgerBreach]) -> list[Problem]:
+    out = []
+    for b in breaches:
+        out.append(
+            Problem(
+                file,
+                "solution",
+                f"request ledger breached on node {b.node}: {b.dimension} requests "
+                f"{b.load:g} exceed capacity {b.capacity:g} after Phase 0",
+                b.node,
+            )
+        )
+    return out
