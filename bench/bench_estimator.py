@@ -1,0 +1,136 @@
+"""Time one reservation update of W workloads x 8 dimensions for each estimator.
+
+Reports the median and p90 over many repetitions after a warm-up, beside the time of one plain
+NumPy pass over the same (W, 8) arrays (the memory-bandwidth floor: ``np.multiply(usage, m,
+out=buf)``), and writes the same figures as JSON with ``--json PATH``.
+
+Every row is past its startup grace and not opted out, so every cell is estimated; 1 % of the
+samples are missing. The PeakWithMargin window and the histogram are warmed up to steady state
+first (the window is filled with K samples directly, not by K timed updates).
+
+    python bench/bench_estimator.py                      # 100,000 workloads
+    python bench/bench_estimator.py --workloads 10000 --json /tmp/est.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from kalena.core.estimators import (
+    DecayEstimator,
+    DecayingHistogram,
+    HistogramParams,
+    PeakParams,
+    PeakWithMargin,
+)
+from kalena.core.resources import NDIM
+
+DT = 10.0  # seconds between samples, the node agent's default cadence
+
+
+def timings_ms(step: Callable[[int], object], warmup: int, repeats: int) -> np.ndarray:
+    for k in range(warmup):
+        step(k)
+    out = np.empty(repeats)
+    for k in range(repeats):
+        t0 = time.perf_counter_ns()
+        step(warmup + k)
+        out[k] = (time.perf_counter_ns() - t0) / 1e6
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Benchmark one reservation update per estimator.")
+    ap.add_argument("--workloads", type=int, default=100_000, help="W (default 100000)")
+    ap.add_argument("--repeats", type=int, default=50, help="timed updates per estimator (default 50)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed updates first (default 5)")
+    ap.add_argument("--window", type=int, default=PeakParams().window, help="PeakWithMargin window K")
+    ap.add_argument("--buckets", type=int, default=HistogramParams().n_buckets, help="histogram buckets")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    args = ap.parse_args()
+
+    w = args.workloads
+    rng = np.random.default_rng(args.seed)
+    requests = rng.uniform(0.1, 4.0, (w, NDIM))
+    limits = requests * rng.uniform(1.0, 3.0, (w, NDIM))
+    samples = [requests * rng.uniform(0.0, 1.5, (w, NDIM)) for _ in range(4)]
+    for u in samples:
+        u[rng.random(u.shape) < 0.01] = np.nan
+    started, grace = np.zeros(w), np.zeros(w)
+
+    results: list[dict[str, object]] = []
+
+    def record(name: str, ms: np.ndarray, note: str = "") -> None:
+        med, p90 = float(np.median(ms)), float(np.percentile(ms, 90))
+        results.append(
+            {"name": name, "workloads": w, "median_ms": med, "p90_ms": p90, "repeats": len(ms), "note": note}
+        )
+
+    buf = np.empty((w, NDIM))
+
+    def floor_pass(k: int) -> object:
+        return np.multiply(samples[k % 4], 1.15, out=buf)
+
+    record("numpy floor", timings_ms(floor_pass, args.warmup, args.repeats), "np.multiply(usage, m, out=buf)")
+
+    decay = DecayEstimator()
+    dstate = decay.init(requests, limits, started, grace=grace)
+
+    def decay_step(k: int) -> object:
+        return decay.update_in_place(dstate, samples[k % 4], DT * k, DT)
+
+    record("DecayEstimator", timings_ms(decay_step, args.warmup, args.repeats), "the spec's default")
+
+    peak = PeakWithMargin(PeakParams(window=args.window))
+    pstate = peak.init(requests, limits, started, grace=grace, classes=rng.integers(0, 3, w))
+    pstate.window[...] = requests[..., None] * rng.uniform(0, 1.5, (w, NDIM, args.window))
+    pstate.n_valid[...] = args.window
+
+    def peak_step(k: int) -> object:
+        return peak.update_in_place(pstate, samples[k % 4], DT * k, DT)
+
+    record(
+        "PeakWithMargin", timings_ms(peak_step, args.warmup, args.repeats), f"full window, K = {args.window}"
+    )
+
+    hist = DecayingHistogram(HistogramParams(n_buckets=args.buckets))
+    hstate = hist.init(requests, limits, started, grace=grace)
+    settle = 20  # untimed updates that fill the histogram and settle its percentile cache
+
+    def hist_step(k: int) -> object:
+        return hist.update_in_place(hstate, samples[k % 4], DT * k, DT)
+
+    for k in range(settle):
+        hist_step(k)
+    ms = timings_ms(lambda k: hist_step(settle + k), args.warmup, args.repeats)
+    record("DecayingHistogram", ms, f"{args.buckets} buckets, float32")
+
+    floor = results[0]["median_ms"]
+    print(f"one update of {w:,} workloads x {NDIM} dimensions; {os.cpu_count()} CPUs, numpy {np.__version__}")
+    print(f"{'estimator':<20}{'median ms':>11}{'p90 ms':>10}{'x floor':>9}{'ns/cell':>9}  note")
+    for r in results:
+        r["x_floor"] = r["median_ms"] / floor
+        cell_ns = r["median_ms"] * 1e6 / (w * NDIM)
+        times = f"{r['median_ms']:>11.3f}{r['p90_ms']:>10.3f}{r['x_floor']:>9.1f}{cell_ns:>9.2f}"
+        print(f"{r['name']:<20}{times}  {r['note']}")
+    if args.json:
+        machine = {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+        }
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"machine": machine, "args": vars(args), "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

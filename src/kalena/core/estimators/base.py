@@ -1,0 +1,238 @@
+"""The estimator interface, the shared state rows and the rules every estimator obeys.
+
+An estimator turns a stream of usage samples into the reservation r of SPEC "The reservation",
+vectorised over W workloads x 8 dimensions (order of :data:`kalena.core.resources.DIMS`).
+
+Shared rules (seed 000 §2.5), written once here and applied by :func:`finalize`:
+
+1. cap at the limit: r <= L (the caller passes node capacity where there is no limit);
+2. a missing sample (NaN) holds r: r_t = r_{t-1}, never a decay on missing data;
+3. a held row has r = R: younger than its startup grace (now < started_at + grace) or opted
+   out (``kalena.naughtian.io/reclaim: disabled``); held rows also record no sample, because
+   startup transients do not resemble steady state and the opt-out suppresses estimation;
+4. the gpu dimension always has r = R (non-reclaimable, seed 000 §2.4).
+
+r_0 = R for every row. The state is plain NumPy arrays whose leading axis is the workload, so
+:func:`append_rows`, :func:`select_rows` and :func:`assign_rows` work on every estimator's state
+without knowing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from kalena.core.classify import DEFAULT_STARTUP_GRACE_S
+from kalena.core.resources import DIMS, GPU, NDIM
+
+
+@dataclass(slots=True, eq=False)
+class EstimatorState:
+    """Rows shared by every estimator. Every ndarray field has the workload as its leading axis.
+
+    ``reservation`` is r_t. ``spare`` and ``missing`` are scratch buffers reused by each update
+    (their contents mean nothing between calls); ``spare`` and ``reservation`` swap roles on each
+    update, so an update allocates no (W, 8) result array.
+    """
+
+    requests: np.ndarray  # (W, 8) float64, R
+    limits: np.ndarray  # (W, 8) float64, L (inf allowed: no cap)
+    grace_until: np.ndarray  # (W,) float64, started_at + startup grace
+    pinned: np.ndarray  # (W,) bool, reclaim disabled
+    reservation: np.ndarray  # (W, 8) float64, r_t
+    spare: np.ndarray  # (W, 8) float64 scratch
+    missing: np.ndarray  # (W, 8) bool scratch
+
+    @property
+    def n(self) -> int:
+        """Number of workloads (rows)."""
+        return int(self.requests.shape[0])
+
+
+S = TypeVar("S", bound=EstimatorState)
+
+
+class ReservationEstimator(Protocol[S]):
+    """What the ledger and the simulator call. Implementations are frozen and hold only params."""
+
+    def init(
+        self,
+        requests: ArrayLike,
+        limits: ArrayLike,
+        started_at: ArrayLike,
+        *,
+        grace: ArrayLike | None = None,
+        pinned: ArrayLike | None = None,
+        classes: ArrayLike | None = None,
+    ) -> S:
+        """State for W new workloads with r_0 = R."""
+        ...
+
+    def update_in_place(self, state: S, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
+        """Advance ``state`` by one sample (W, 8), NaN = missing; return r_t (W, 8).
+
+        The returned array belongs to the state and is overwritten by the next call.
+        """
+        ...
+
+    def update(self, state: S, usage: np.ndarray, now: float, dt: float) -> tuple[S, np.ndarray]:
+        """Pure form of :meth:`update_in_place`: ``state`` is left untouched."""
+        ...
+
+
+class PureUpdate:
+    """Mixin giving an estimator the pure :meth:`update` on top of its ``update_in_place``."""
+
+    __slots__ = ()
+
+    def update_in_place(self, state: S, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
+        raise NotImplementedError
+
+    def update(self, state: S, usage: np.ndarray, now: float, dt: float) -> tuple[S, np.ndarray]:
+        new = copy_state(state)
+        return new, self.update_in_place(new, usage, now, dt)
+
+
+# construction --------------------------------------------------------------------------------------
+def _bad_cell(name: str, arr: np.ndarray, bad: np.ndarray, what: str) -> ValueError:
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = f"{idx[0]}, {DIMS[idx[1]]}" if len(idx) == 2 else f"{idx[0]}"
+    return ValueError(f"{name}[{where}] {what}, got {arr[idx].item()!r}")
+
+
+def _rows(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    arr = np.array(value, dtype=dtype)
+    if arr.ndim == 0:  # one value for every row
+        return np.full(shape, arr, dtype=dtype)
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+    return arr
+
+
+def base_fields(
+    requests: ArrayLike,
+    limits: ArrayLike,
+    started_at: ArrayLike,
+    grace: ArrayLike | None,
+    pinned: ArrayLike | None,
+) -> dict[str, np.ndarray]:
+    """Validated fields of :class:`EstimatorState`; bad input raises ValueError naming key and value."""
+    req = np.array(requests, dtype=np.float64)
+    if req.ndim != 2 or req.shape[1] != NDIM:
+        raise ValueError(f"requests must have shape (W, {NDIM}), got {req.shape}")
+    w = req.shape[0]
+    lim = _rows("limits", limits, (w, NDIM), np.float64)
+    start = _rows("started_at", started_at, (w,), np.float64)
+    gr = _rows("grace", DEFAULT_STARTUP_GRACE_S if grace is None else grace, (w,), np.float64)
+    pin = _rows("pinned", False if pinned is None else pinned, (w,), np.bool_)
+    for name, arr, bad, what in (
+        ("requests", req, ~np.isfinite(req) | (req < 0), "must be a finite number >= 0"),
+        ("limits", lim, np.isnan(lim) | (lim < req), "must be >= the request (inf = no limit)"),
+        ("started_at", start, ~np.isfinite(start), "must be a finite time in seconds"),
+        ("grace", gr, ~np.isfinite(gr) | (gr < 0), "must be a finite duration >= 0 s"),
+    ):
+        if bad.any():
+            raise _bad_cell(name, arr, bad, what)
+    return {
+        "requests": req,
+        "limits": lim,
+        "grace_until": start + gr,
+        "pinned": pin,
+        "reservation": req.copy(),  # r_0 = R
+        "spare": np.empty_like(req),
+        "missing": np.empty(req.shape, dtype=np.bool_),
+    }
+
+
+def check_step(state: EstimatorState, usage: np.ndarray, now: float, dt: float) -> None:
+    """Cheap per-call checks (shapes and scalars only: the hot path does not scan values)."""
+    if usage.shape != state.requests.shape:
+        raise ValueError(f"usage must have shape {state.requests.shape}, got {usage.shape}")
+    if not np.isfinite(now):
+        raise ValueError(f"now must be a finite time in seconds, got {now!r}")
+    if not (np.isfinite(dt) and dt >= 0):
+        raise ValueError(f"dt must be a finite sample spacing >= 0 s, got {dt!r}")
+
+
+# the shared rules ----------------------------------------------------------------------------------
+def held_rows(state: EstimatorState, now: float) -> np.ndarray:
+    """(W,) bool: rows whose reservation is pinned at R (startup grace or reclaim opt-out)."""
+    return state.pinned | (now < state.grace_until)
+
+
+def finalize(state: EstimatorState, usage: np.ndarray, hold: np.ndarray) -> np.ndarray:
+    """Apply rules 1-4 to the raw estimate in ``state.spare`` and make it r_t; return r_t.
+
+    Rule order matters only for clarity: R <= L and r_{t-1} <= L, so every rule keeps r <= L.
+    """
+    est = state.spare
+    np.minimum(est, state.limits, out=est)  # 1. cap at the limit
+    missing = np.isnan(usage, out=state.missing)
+    if missing.any():  # 2. missing sample holds r (checked first: usually nothing is missing)
+        np.copyto(est, state.reservation, where=missing)
+    if hold.any():  # 3. startup grace or opt-out
+        np.copyto(est, state.requests, where=hold[:, None])
+    est[:, GPU] = state.requests[:, GPU]  # 4. gpu is never reclaimed
+    state.spare, state.reservation = state.reservation, est
+    return est
+
+
+# rows ------------------------------------------------------------------------------------------------
+def _row_fields(state: EstimatorState) -> list[str]:
+    return [f.name for f in dataclasses.fields(state) if isinstance(getattr(state, f.name), np.ndarray)]
+
+
+def copy_state(state: S) -> S:
+    """An independent copy (arrays copied, shared scalars such as a ring head kept)."""
+    return dataclasses.replace(state, **{k: getattr(state, k).copy() for k in _row_fields(state)})
+
+
+def select_rows(state: S, keep: ArrayLike) -> S:
+    """The rows picked by ``keep``: a (W,) bool mask or an index array (order kept as given).
+
+    Copies the whole state (O(W)); a simulator removing a few rows per tick should rather reuse
+    them with :func:`assign_rows` and compact with this now and then.
+    """
+    idx = np.asarray(keep)
+    if idx.dtype == np.bool_ and idx.shape != (state.n,):
+        raise ValueError(f"keep mask must have shape ({state.n},), got {idx.shape}")
+    return dataclasses.replace(state, **{k: getattr(state, k)[idx] for k in _row_fields(state)})
+
+
+def _check_same_kind(state: S, new: S) -> None:
+    if type(new) is not type(state):
+        raise TypeError(f"cannot combine {type(new).__name__} rows with {type(state).__name__}")
+    for k in _row_fields(state):
+        a, b = getattr(state, k), getattr(new, k)
+        if a.shape[1:] != b.shape[1:]:
+            raise ValueError(f"{k}: rows of shape {b.shape[1:]} do not match {a.shape[1:]}")
+
+
+def assign_rows(state: S, at: ArrayLike, new: S) -> None:
+    """Overwrite rows ``at`` (indices) with the rows of ``new``, in place: O(len(at)), no reallocation.
+
+    The cheap path for a simulator: keep spare rows (e.g. R = L = 0, fed NaN), reuse a departed
+    workload's row for an arrival, and grow with :func:`append_rows` in large chunks.
+    """
+    _check_same_kind(state, new)
+    idx = np.asarray(at, dtype=np.intp)
+    if idx.shape != (new.n,):
+        raise ValueError(f"at must list {new.n} row indices, got shape {idx.shape}")
+    for k in _row_fields(state):
+        getattr(state, k)[idx] = getattr(new, k)
+
+
+def append_rows(state: S, new: S) -> S:
+    """``state`` followed by the rows of ``new`` (built by the same estimator's ``init``); O(W).
+
+    Shared scalars (a ring head, a histogram reference time) come from ``state``: the new rows
+    hold no samples yet, so those scalars mean nothing for them.
+    """
+    _check_same_kind(state, new)
+    return dataclasses.replace(
+        state, **{k: np.concatenate((getattr(state, k), getattr(new, k))) for k in _row_fields(state)}
+    )

@@ -1,0 +1,125 @@
+"""The shared estimator plumbing: input validation, per-call checks and row operations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kalena.core.estimators import (
+    DecayEstimator,
+    DecayingHistogram,
+    PeakWithMargin,
+    append_rows,
+    assign_rows,
+    copy_state,
+    select_rows,
+)
+from kalena.core.resources import NDIM
+
+ESTIMATORS = [DecayEstimator(), PeakWithMargin(), DecayingHistogram()]
+IDS = ["decay", "peak", "histogram"]
+ONES = np.ones((2, NDIM))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"requests": np.ones((2, 7))}, r"requests must have shape \(W, 8\), got \(2, 7\)"),
+        ({"requests": [[1.0] * NDIM, [1.0, -1.0] + [1.0] * 6]}, r"requests\[1, ram\] must be .* got -1.0"),
+        ({"requests": [[math.inf] * NDIM] * 2}, r"requests\[0, cpu\] must be a finite number >= 0, got inf"),
+        ({"limits": np.full((2, NDIM), 0.5)}, r"limits\[0, cpu\] must be >= the request .* got 0.5"),
+        ({"limits": np.ones((3, NDIM))}, r"limits must have shape \(2, 8\), got \(3, 8\)"),
+        ({"started_at": [0.0, math.nan]}, r"started_at\[1\] must be a finite time in seconds, got nan"),
+        ({"grace": [-1.0, 0.0]}, r"grace\[0\] must be a finite duration >= 0 s, got -1.0"),
+        ({"pinned": [True]}, r"pinned must have shape \(2,\), got \(1,\)"),
+    ],
+    ids=["request-shape", "negative-request", "inf-request", "limit-below-request", "limit-rows", "nan-start",
+         "negative-grace", "pinned-shape"],
+)  # fmt: skip
+@pytest.mark.parametrize("est", ESTIMATORS, ids=IDS)
+def test_bad_input_names_key_and_value(est, kwargs: dict, message: str) -> None:
+    args = {"requests": ONES, "limits": ONES * 2, "started_at": [0.0, 0.0], **kwargs}
+    with pytest.raises(ValueError, match=message):
+        est.init(args.pop("requests"), args.pop("limits"), args.pop("started_at"), **args)
+
+
+@pytest.mark.parametrize(
+    ("usage", "now", "dt", "message"),
+    [
+        (np.ones((3, NDIM)), 0.0, 10.0, r"usage must have shape \(2, 8\), got \(3, 8\)"),
+        (ONES, math.nan, 10.0, "now must be a finite time in seconds, got nan"),
+        (ONES, 0.0, -1.0, "dt must be a finite sample spacing >= 0 s, got -1.0"),
+    ],
+    ids=["usage-shape", "now-nan", "dt-negative"],
+)
+@pytest.mark.parametrize("est", ESTIMATORS, ids=IDS)
+def test_bad_step_is_rejected(est, usage: np.ndarray, now: float, dt: float, message: str) -> None:
+    state = est.init(ONES, ONES * 2, [0.0, 0.0])
+    with pytest.raises(ValueError, match=message):
+        est.update_in_place(state, usage, now, dt)
+
+
+@pytest.mark.parametrize("est", ESTIMATORS, ids=IDS)
+def test_defaults_start_at_the_request_with_a_300s_grace(est) -> None:
+    state = est.init(ONES, ONES * 2, [100.0, 0.0])
+    np.testing.assert_array_equal(state.reservation, ONES)
+    assert state.grace_until.tolist() == [400.0, 300.0]
+    assert not state.pinned.any()
+
+
+@pytest.mark.parametrize("est", ESTIMATORS, ids=IDS)
+def test_rows_can_be_appended_selected_and_copied_without_changing_the_other_rows(est) -> None:
+    rng = np.random.default_rng(3)
+    req = rng.uniform(0.5, 2.0, (5, NDIM))
+    full = est.init(req, req * 3, np.zeros(5), grace=0.0)
+    part = est.init(req[:3], req[:3] * 3, np.zeros(3), grace=0.0)
+    for k in range(6):
+        u = rng.uniform(0, 4, (5, NDIM))
+        if k == 2:  # rows 3 and 4 join here with no history: feed them only from now on
+            part = append_rows(part, est.init(req[3:], req[3:] * 3, np.zeros(2), grace=0.0))
+            full = select_rows(full, np.arange(5))
+        r_part = est.update_in_place(part, u[: part.n], 10.0 * k, 10.0)
+        r_full = est.update_in_place(full, u, 10.0 * k, 10.0)
+        np.testing.assert_array_equal(r_part[:3], r_full[:3])  # the old rows never notice
+    before = full.reservation.copy()
+    snapshot = copy_state(full)
+    for now in (60.0, 70.0):  # two steps: the reservation and its spare buffer both get rewritten
+        est.update_in_place(full, rng.uniform(0, 4, (5, NDIM)), now, 10.0)
+    np.testing.assert_array_equal(snapshot.reservation, before)  # the copy is independent
+    picked = select_rows(full, np.array([False, True, False, True, False]))
+    np.testing.assert_array_equal(picked.reservation, full.reservation[[1, 3]])
+    assert picked.n == 2
+
+
+@pytest.mark.parametrize("est", ESTIMATORS, ids=IDS)
+def test_an_assigned_row_starts_afresh_in_place_and_the_others_do_not_notice(est) -> None:
+    rng = np.random.default_rng(5)
+    req = rng.uniform(0.5, 2.0, (3, NDIM))
+    state = est.init(req, req * 3, np.zeros(3), grace=0.0)
+    untouched = est.init(req, req * 3, np.zeros(3), grace=0.0)
+    arrival = None
+    for k in range(6):
+        u = rng.uniform(0, 4, (3, NDIM))
+        if k == 3:  # a new workload reuses row 1
+            assign_rows(state, [1], est.init(req[[2]], req[[2]] * 3, [30.0], grace=0.0))
+            arrival = est.init(req[[2]], req[[2]] * 3, [30.0], grace=0.0)
+        r = est.update_in_place(state, u, 10.0 * k, 10.0)
+        r_untouched = est.update_in_place(untouched, u, 10.0 * k, 10.0)
+        np.testing.assert_array_equal(r[[0, 2]], r_untouched[[0, 2]])
+        if arrival is not None:
+            np.testing.assert_array_equal(r[1], est.update_in_place(arrival, u[[1]], 10.0 * k, 10.0)[0])
+
+
+def test_appending_rows_of_another_estimator_is_a_type_error() -> None:
+    a = DecayEstimator().init(ONES, ONES, [0.0, 0.0])
+    b = PeakWithMargin().init(ONES, ONES, [0.0, 0.0])
+    with pytest.raises(TypeError, match="cannot combine PeakState rows with DecayState"):
+        append_rows(a, b)
+
+
+def test_select_mask_of_the_wrong_length_is_rejected() -> None:
+    state = DecayEstimator().init(ONES, ONES, [0.0, 0.0])
+    with pytest.raises(ValueError, match=r"keep mask must have shape \(2,\), got \(3,\)"):
+        select_rows(state, [True, False, True])
