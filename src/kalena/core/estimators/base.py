@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -84,10 +84,34 @@ class ReservationEstimator(Protocol[S]):
         ...
 
 
-class PureUpdate:
-    """Mixin giving an estimator the pure :meth:`update` on top of its ``update_in_place``."""
+class EstimatorBase(Generic[S]):
+    """What the three estimators share: ``init`` (validation, r_0 = R) and the pure ``update``.
+
+    An estimator adds :meth:`new_state` (its own arrays beside the validated rows) and
+    :meth:`update_in_place`.
+    """
 
     __slots__ = ()
+
+    def init(
+        self,
+        requests: ArrayLike,
+        limits: ArrayLike,
+        started_at: ArrayLike,
+        *,
+        grace: ArrayLike | None = None,
+        pinned: ArrayLike | None = None,
+        classes: ArrayLike | None = None,
+    ) -> S:
+        """State for W new workloads with r_0 = R; bad input raises ValueError naming key and value.
+
+        ``grace`` defaults to 300 s and ``pinned`` to False; ``classes`` is used only by
+        estimators whose margin depends on the class (PeakWithMargin).
+        """
+        return self.new_state(base_fields(requests, limits, started_at, grace, pinned), classes)
+
+    def new_state(self, rows: dict[str, np.ndarray], classes: ArrayLike | None) -> S:
+        raise NotImplementedError
 
     def update_in_place(self, state: S, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
         raise NotImplementedError

@@ -26,9 +26,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kalena.core.estimators.base import (
+    EstimatorBase,
     EstimatorState,
-    PureUpdate,
-    base_fields,
     check_step,
     finalize,
     held_rows,
@@ -65,7 +64,7 @@ class DecayState(EstimatorState):
 
 
 @dataclass(frozen=True, slots=True)
-class DecayEstimator(PureUpdate):
+class DecayEstimator(EstimatorBase[DecayState]):
     """The spec's estimator.
 
     Memory per workload: five (8,) float64 rows (R, L, r, two scratch) = 320 B, an (8,) bool
@@ -74,18 +73,8 @@ class DecayEstimator(PureUpdate):
 
     params: DecayParams = field(default_factory=DecayParams)
 
-    def init(
-        self,
-        requests: ArrayLike,
-        limits: ArrayLike,
-        started_at: ArrayLike,
-        *,
-        grace: ArrayLike | None = None,
-        pinned: ArrayLike | None = None,
-        classes: ArrayLike | None = None,  # unused: one margin for every class
-    ) -> DecayState:
-        fields = base_fields(requests, limits, started_at, grace, pinned)
-        return DecayState(**fields, mu=np.empty_like(fields["requests"]))
+    def new_state(self, rows: dict[str, np.ndarray], classes: ArrayLike | None) -> DecayState:
+        return DecayState(**rows, mu=np.empty_like(rows["requests"]))  # one margin for every class
 
     def update_in_place(self, state: DecayState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
         check_step(state, usage, now, dt)

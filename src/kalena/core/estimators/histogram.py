@@ -45,9 +45,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kalena.core.estimators.base import (
+    EstimatorBase,
     EstimatorState,
-    PureUpdate,
-    base_fields,
     check_step,
     finalize,
     held_rows,
@@ -119,26 +118,16 @@ class HistogramState(EstimatorState):
 
 
 @dataclass(frozen=True, slots=True)
-class DecayingHistogram(PureUpdate):
+class DecayingHistogram(EstimatorBase[HistogramState]):
     """The VPA recommender's estimator, vectorised; see the module docstring for the formulas."""
 
     params: HistogramParams = field(default_factory=HistogramParams)
 
-    def init(
-        self,
-        requests: ArrayLike,
-        limits: ArrayLike,
-        started_at: ArrayLike,
-        *,
-        grace: ArrayLike | None = None,
-        pinned: ArrayLike | None = None,
-        classes: ArrayLike | None = None,  # unused: one margin for every class
-    ) -> HistogramState:
-        fields = base_fields(requests, limits, started_at, grace, pinned)
-        req, lim = fields["requests"], fields["limits"]
+    def new_state(self, rows: dict[str, np.ndarray], classes: ArrayLike | None) -> HistogramState:
+        req, lim = rows["requests"], rows["limits"]  # one margin for every class
         spanning = np.where(np.isfinite(lim) & (lim > 0), lim / self.params.top(), 1.0)
         return HistogramState(
-            **fields,
+            **rows,
             hist=np.zeros((*req.shape, self.params.n_buckets), dtype=np.float32),
             scale=np.where(req > 0, req, spanning),
             bucket=np.zeros(req.shape, dtype=np.intp),

@@ -30,9 +30,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kalena.core.estimators.base import (
+    EstimatorBase,
     EstimatorState,
-    PureUpdate,
-    base_fields,
     check_step,
     finalize,
     held_rows,
@@ -92,24 +91,14 @@ class PeakState(EstimatorState):
 
 
 @dataclass(frozen=True, slots=True)
-class PeakWithMargin(PureUpdate):
+class PeakWithMargin(EstimatorBase[PeakState]):
     """Memory per workload: the window, 8 x K x 4 B (2.9 KB at K = 90), plus about 310 B."""
 
     params: PeakParams = field(default_factory=PeakParams)
 
-    def init(
-        self,
-        requests: ArrayLike,
-        limits: ArrayLike,
-        started_at: ArrayLike,
-        *,
-        grace: ArrayLike | None = None,
-        pinned: ArrayLike | None = None,
-        classes: ArrayLike | None = None,
-    ) -> PeakState:
+    def new_state(self, rows: dict[str, np.ndarray], classes: ArrayLike | None) -> PeakState:
         """``classes``: (W,) :class:`MarginClass` codes; default service (the fattest margin)."""
-        fields = base_fields(requests, limits, started_at, grace, pinned)
-        w, d = fields["requests"].shape
+        w, d = rows["requests"].shape
         cls = np.zeros(w, dtype=np.intp) if classes is None else np.asarray(classes)
         if cls.shape != (w,):
             raise ValueError(f"classes must have shape ({w},), got {cls.shape}")
@@ -118,7 +107,7 @@ class PeakWithMargin(PureUpdate):
             i = int(np.argmax(bad))
             raise ValueError(f"classes[{i}] must be a MarginClass code 0, 1 or 2, got {cls[i].item()!r}")
         return PeakState(
-            **fields,
+            **rows,
             window=np.full((w, d, self.params.window), np.nan, dtype=np.float32),
             n_valid=np.zeros((w, d), dtype=np.int32),
             margin=self.params.margins()[cls.astype(np.intp)],
