@@ -1,0 +1,190 @@
+"""Validated configuration for the node enforcement policies (SPEC: Enforcement on the node).
+
+Every config is a frozen dataclass checked when it is built: a bad value raises ``ValueError``
+naming the key and the value, so a misconfigured agent fails at start, never mid-mitigation.
+The defaults are placeholders in the same sense as the estimator's (SPEC: The reservation):
+each one states why it has its value, and the calibration protocol (seed 000 §6.4) may move it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+
+def _fail(cls: str, key: str, value: object, rule: str) -> ValueError:
+    return ValueError(f"{cls}.{key} must be {rule}, got {value!r}")
+
+
+def _check_number(
+    obj: object,
+    key: str,
+    *,
+    lo: float = 0.0,
+    hi: float = math.inf,
+    lo_open: bool = False,
+    allow_inf: bool = False,
+) -> None:
+    """Raise unless ``getattr(obj, key)`` is a real number in the stated range."""
+    cls = type(obj).__name__
+    value = getattr(obj, key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise _fail(cls, key, value, "a number")
+    if math.isinf(value) and not allow_inf:
+        raise _fail(cls, key, value, "finite")
+    if value < lo or (lo_open and value == lo) or value > hi:
+        left = "(" if lo_open else "["
+        raise _fail(cls, key, value, f"in {left}{lo:g}, {hi:g}]")
+
+
+def _check_int(obj: object, key: str, *, lo: int, hi: int | None = None) -> None:
+    cls = type(obj).__name__
+    value = getattr(obj, key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(cls, key, value, "an integer")
+    if value < lo or (hi is not None and value > hi):
+        raise _fail(cls, key, value, f">= {lo}" + (f" and <= {hi}" if hi is not None else ""))
+
+
+def _check_seconds(obj: object) -> None:
+    """Every field ending in ``_s`` is a finite, non-negative duration."""
+    for f in fields(obj):  # type: ignore[arg-type]
+        if f.name.endswith("_s"):
+            _check_number(obj, f.name)
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionConfig:
+    """Eviction under non-compressible pressure (seed 000 §3.3, §3.5, §4.3).
+
+    * ``min_run_time_s`` = 120: Borg's median task startup is ~25 s (seed 000 §4.3); a batch
+      workload evicted before it has run a few startup times did almost no useful work, so it is
+      exempt for ~5 startups unless the pressure is acute (correctness overrides efficiency).
+    * ``grace_period_s`` = 30: Kubernetes' default terminationGracePeriodSeconds, the notice
+      workloads are already written for; SIGKILL follows SIGTERM after it.
+    * ``acute_grace_period_s`` = 0: under acute pressure the alternative is a kernel OOM kill,
+      which gives no notice at all (seed 000 §3.5), so waiting only risks the OOM killer
+      choosing a production victim first.
+    * ``cooldown_s`` = 600: a victim may not return to the node for 10 minutes. The reservation
+      that rose decays with the estimator's 15-minute half-life, so the node looks tight for
+      about that long anyway; 10 minutes breaks the place-evict-place loop of §4.3 while
+      leaving a workload with few feasible nodes its home back within one decay period.
+    """
+
+    min_run_time_s: float = 120.0
+    grace_period_s: float = 30.0
+    acute_grace_period_s: float = 0.0
+    cooldown_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        _check_seconds(self)
+        if self.acute_grace_period_s > self.grace_period_s:
+            raise _fail(
+                "EvictionConfig",
+                "acute_grace_period_s",
+                self.acute_grace_period_s,
+                f"<= grace_period_s ({self.grace_period_s:g}): acute pressure only shortens the grace",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class PairingConfig:
+    """Harmful (equivalence key, node) pairings (seed 000 §4.3, Borg's task::machine rule).
+
+    * ``max_evictions`` = 3: one eviction is bad luck, two may be a coincidence of two spikes,
+      the third eviction of the same template from the same node within the window is a
+      pattern (the node's production load spikes whenever this work lands there).
+    * ``window_s`` = 3600: an hour covers several eviction cooldowns (600 s), so three strikes
+      can accumulate, and a pairing that caused trouble yesterday is forgiven today.
+    """
+
+    max_evictions: int = 3
+    window_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        _check_int(self, "max_evictions", lo=1)
+        _check_number(self, "window_s", lo_open=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleConfig:
+    """CPU throttling of batch under compressible pressure (seed 000 §3.2).
+
+    * ``headroom_fraction`` = 0.05: batch's allowance stops 5% of capacity short of the
+      service claim, so a service burst between two samples lands in idle CPU, not in batch.
+    * ``growth_fraction`` = 0.05: the allowance rises by at most 5% of capacity per mitigation
+      round (from zero to full in 20 rounds, ~20 s at a 1 s round): slower than the PSI avg10
+      window, so a rise that hurts production is seen before it completes and no oscillation
+      builds up. It falls at once (no limit on shrinking).
+    * ``pressure_cut`` = 0.5: under PSI pressure the allowance drops to half of what batch
+      uses now (the multiplicative decrease of AIMD), since the slack arithmetic evidently
+      overstates what is free.
+    * ``psi_some_threshold`` = 0.20: cpu PSI ``some`` avg10 as a fraction; at 20% of wall time
+      with a runnable task waiting, latency-sensitive services are visibly delayed, while an
+      ordinary busy node stays in the low single digits.
+    * ``batch_weight`` = 1: cgroup v2 ``cpu.weight`` for batch (range 1..10000, default 100;
+      v1 shares = weight x 1024 / 100 rounded, at least 2), the minimal share seed 000 §3.2 asks.
+    * ``min_quota_cores`` = 0.01: the kernel's smallest CFS quota is 1 ms per 100 ms period;
+      a quota of zero is not writable and would freeze the workload.
+    """
+
+    headroom_fraction: float = 0.05
+    growth_fraction: float = 0.05
+    pressure_cut: float = 0.5
+    psi_some_threshold: float = 0.20
+    batch_weight: int = 1
+    min_quota_cores: float = 0.01
+
+    def __post_init__(self) -> None:
+        _check_number(self, "headroom_fraction", hi=0.5)
+        _check_number(self, "growth_fraction", lo_open=True, hi=1.0)
+        _check_number(self, "pressure_cut", hi=1.0)
+        _check_number(self, "psi_some_threshold", lo_open=True, hi=1.0)
+        _check_int(self, "batch_weight", lo=1, hi=10000)
+        _check_number(self, "min_quota_cores", lo_open=True, hi=1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class StarvationConfig:
+    """Anti-starvation (seed 000 §3.4): production may starve batch, but not indefinitely.
+
+    * ``theta`` = 0.5: a batch workload throttled for more than half of the rolling window is
+      making less than half the progress it was placed for; Borg's bound is "multiple minutes",
+      which half of a 5-minute window matches.
+    * ``min_allocation_cores`` = 0.25: the CPU released to each starved batch workload (never
+      more than it may use): a quarter core keeps a single-threaded job progressing at a
+      quarter speed, enough for forward progress without touching any service's reservation.
+    """
+
+    theta: float = 0.5
+    min_allocation_cores: float = 0.25
+
+    def __post_init__(self) -> None:
+        _check_number(self, "theta", hi=1.0)
+        _check_number(self, "min_allocation_cores", lo_open=True)
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationConfig:
+    """Escalation when local mitigation does not converge (seed 000 §3.1, tens of seconds).
+
+    * ``rounds`` = 3: one round can fail on a transient (PSI avg10 still carries the stall that
+      triggered it), two in a row can be lag; three consecutive failed rounds mean local
+      throttling and eviction are not converging.
+    * ``persist_s`` = 30: the seed's escalation budget is "tens of seconds"; pressure that
+      outlives 30 s of mitigation escalates even if rounds are slow.
+    * ``cooldown_s`` = 900: the drained node stays slack-ineligible for one estimator half-life
+      (15 min), by which time the reservation that caused the trouble has halved its excess.
+    * ``drain_grace_period_s`` = 30: a drain is not an acute kill, so batch gets the ordinary
+      Kubernetes termination grace.
+    """
+
+    rounds: int = 3
+    persist_s: float = 30.0
+    cooldown_s: float = 900.0
+    drain_grace_period_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        _check_int(self, "rounds", lo=1)
+        _check_seconds(self)
+        _check_number(self, "persist_s", lo_open=True)
