@@ -51,6 +51,8 @@ def render_value(value: Any) -> str:
         text = json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):  # e.g. a mapping with non-string keys
         text = repr(value)
+    # One problem is one line: escape line separators and other non-printables (e.g. U+0085).
+    text = "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in text)
     if len(text) > _VALUE_WIDTH:
         text = text[: _VALUE_WIDTH - 3] + "..."
     return text

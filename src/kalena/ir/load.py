@@ -383,7 +383,7 @@ def _blueprint(data: dict[str, Any], legacy: bool, log: ProblemLog) -> Blueprint
             )
         if meta.pods is not None and meta.pods != len(raw):
             log.add("metadata.pods", f"says {meta.pods} pods but solution has {len(raw)} entries", meta.pods)
-        active = len(set(raw.values()))
+        active = len({v for v in raw.values() if isinstance(v, str)})
         if meta.active_nodes is not None and meta.active_nodes != active:
             log.add(
                 "metadata.activeNodes",
