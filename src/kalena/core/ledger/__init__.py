@@ -1,0 +1,41 @@
+"""The dual ledger: request and reservation sums per node, changed only by epoch-stamped commitments."""
+
+from kalena.core.ledger.blueprint import Blueprint, per_node_sum, resolve_production
+from kalena.core.ledger.commitments import (
+    Commitment,
+    CommitResult,
+    Eviction,
+    OverrideRecord,
+    PlaceBatch,
+    RemovalCause,
+    RemoveBatch,
+    ReservationUpdate,
+)
+from kalena.core.ledger.fit import FIT_RTOL, fits_mask, insufficient_resources, shortfall, tolerant_capacity
+from kalena.core.ledger.invariant import restoration_violations, sum_violations
+from kalena.core.ledger.state import Ledger, RowView, Sums, from_blueprint
+
+__all__ = [
+    "FIT_RTOL",
+    "Blueprint",
+    "CommitResult",
+    "Commitment",
+    "Eviction",
+    "Ledger",
+    "OverrideRecord",
+    "PlaceBatch",
+    "RemovalCause",
+    "RemoveBatch",
+    "ReservationUpdate",
+    "RowView",
+    "Sums",
+    "fits_mask",
+    "from_blueprint",
+    "insufficient_resources",
+    "per_node_sum",
+    "resolve_production",
+    "restoration_violations",
+    "shortfall",
+    "sum_violations",
+    "tolerant_capacity",
+]

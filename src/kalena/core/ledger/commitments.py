@@ -1,0 +1,133 @@
+"""Commitments: the only way ledger state changes, each carrying the epoch it was computed against.
+
+Optimistic concurrency (seed 000 §4.2, seed 002's airlock): a policy reads the ledger, decides,
+and hands back a commitment stamped with the epoch it read. The ledger applies it only if that
+part of its state has not moved since; otherwise it answers with a ``STALE_EPOCH`` reason (data,
+never an exception) and the caller recomputes from fresh state.
+
+Two epochs, because two kinds of commitment have different footprints:
+
+* **Per-node epoch** ``e_n``: bumped by every accepted change that touches node ``n`` (a batch
+  placed or removed there, an eviction there, a reservation on ``n`` that actually changed).
+  :class:`PlaceBatch`, :class:`RemoveBatch` and :class:`Eviction` are about one node and carry
+  ``e_n``: they are stale only if *that* node moved, so placements computed in parallel for
+  different nodes never invalidate each other (a single global counter would reject every
+  commitment of a scheduling pass after the first one applied).
+* **Global epoch** ``E``: bumped by every accepted commitment; each row records the ``E`` of its
+  last change (its version). :class:`ReservationUpdate` covers every workload at once, so it
+  carries ``E``: it applies when nothing changed (``E`` equal), or when every row it covers is
+  still alive with version ``<= E`` (only rows it does not cover changed, e.g. a new batch
+  placement). Checking rows rather than all nodes keeps a busy scheduler from starving the
+  estimator.
+
+A scheduler that commits several placements on one node in one pass stamps them ``e``, ``e+1``,
+... in order: if an earlier one is rejected, the later ones are stale too, as they should be.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kalena.core.model import WorkloadSpec
+from kalena.core.resources import NDIM
+from kalena.core.verdict import Reason
+
+
+class RemovalCause(enum.Enum):
+    """Why a batch workload left the ledger without being evicted."""
+
+    FINISHED = "finished"  # ran to completion
+    FAILED = "failed"  # exited with an error
+    DELETED = "deleted"  # removed by its owner or an operator
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceBatch:
+    """Place batch ``workload`` on node index ``node``; its reservation starts at its request."""
+
+    workload: WorkloadSpec
+    node: int
+    node_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveBatch:
+    """A batch workload finished, failed or was deleted. Never applies to a service workload."""
+
+    workload_id: str
+    node: int
+    node_epoch: int
+    cause: RemovalCause = RemovalCause.FINISHED
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """Stop a workload under node pressure (enforcement decides; see SPEC "Enforcement on the node").
+
+    A batch workload leaves the ledger. A service workload is accepted only with
+    ``limit_breach_override`` (it used more than its own limit): its process is stopped but its
+    blueprint placement and request stay, because Kalena never mutates a production placement;
+    its reservation resets to its request, as for any (re)starting workload (SPEC: r_0 = R).
+    ``reasons`` is the "why evicted" record, kept with the override log.
+    """
+
+    workload_id: str
+    node: int
+    node_epoch: int
+    limit_breach_override: bool = False
+    reasons: tuple[Reason, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class ReservationUpdate:
+    """New reservations for many workloads at once: ``reservations[i]`` belongs to row ``rows[i]``.
+
+    ``rows`` and the previous reservations come from :meth:`Ledger.rows`, read at ``global_epoch``.
+    Only reservations change; requests are not in this commitment, so it cannot touch them. On
+    the gpu dimension the reservation must equal the request (non-reclaimable): anything else is
+    an estimator bug and raises ``ValueError`` when applied.
+    """
+
+    rows: np.ndarray
+    reservations: np.ndarray
+    global_epoch: int
+
+    def __post_init__(self) -> None:
+        rows = np.array(self.rows, dtype=np.int64).reshape(-1)
+        res = np.array(self.reservations, dtype=np.float64)
+        if res.shape != (len(rows), NDIM):
+            raise ValueError(f"reservations must have shape ({len(rows)}, {NDIM}), got {res.shape}")
+        if len(np.unique(rows)) != len(rows):
+            raise ValueError("a reservation update names a row twice")
+        if not np.all(np.isfinite(res)) or np.any(res < 0):
+            raise ValueError("reservations must be finite and non-negative")
+        rows.setflags(write=False)
+        res.setflags(write=False)
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "reservations", res)
+
+
+Commitment = PlaceBatch | RemoveBatch | Eviction | ReservationUpdate
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What the ledger did with one commitment: accepted, or rejected with reasons (data)."""
+
+    commitment: Commitment
+    accepted: bool
+    reasons: tuple[Reason, ...] = ()
+    global_epoch: int = 0  # the ledger's global epoch after this commitment
+
+
+@dataclass(frozen=True, slots=True)
+class OverrideRecord:
+    """A service workload stopped by the limit-breach override (the audit trail the spec asks for)."""
+
+    workload_id: str
+    node: int
+    global_epoch: int
+    reasons: tuple[Reason, ...] = field(default=())

@@ -1,0 +1,100 @@
+"""Checks every shell runs each tick: the restoration invariant and the sum bookkeeping.
+
+Restoration invariant (seed 000 §2.3): removing every batch workload from every node leaves
+exactly the blueprint's production set and requests. In ledger terms:
+
+1. rows ``0..P-1`` are the blueprint's production workloads, in order, alive, service tier, on
+   the blueprint's node, with the blueprint's request (exact equality: nothing may rewrite them);
+2. no other row is a service workload (batch commitments cannot create production);
+3. the request ledger Q equals the blueprint's per-node request sums, both as maintained and
+   recomputed from the rows, and still satisfies ``Q <= C``.
+
+Each check is a handful of whole-array comparisons: O(P + N) vectorised, cheap enough per tick.
+A violation is a bug; it is returned as data so that the shell can log and alarm with details.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kalena.core.ledger.blueprint import Blueprint
+from kalena.core.ledger.state import Ledger
+from kalena.core.resources import DIMS
+from kalena.core.verdict import Reason, ReasonCode
+
+#: Per-node sums of identical rows added in the same order are bitwise equal; the tolerance only
+#: covers a blueprint whose sums were formed in a different order.
+SUM_RTOL = 1e-12
+#: Incremental reservation sums drift by ~1 ulp per add/remove between bulk recomputes.
+DRIFT_RTOL = 1e-9
+
+_MAX_LISTED = 5  # name at most this many offenders per check, then count the rest
+
+
+def _violation(detail: str, dimension: str = "") -> Reason:
+    return Reason(ReasonCode.RESTORATION_VIOLATION, dimension=dimension, detail=detail)
+
+
+def _listed(names: list[str], total: int) -> str:
+    more = f" (+{total - len(names)} more)" if total > len(names) else ""
+    return ", ".join(names) + more
+
+
+def restoration_violations(ledger: Ledger, blueprint: Blueprint) -> tuple[Reason, ...]:
+    """Every way the ledger's production state differs from ``blueprint`` (empty when it holds)."""
+    out: list[Reason] = []
+    rs = ledger.row_arrays()
+    p = len(blueprint.ids)
+    if ledger.production_count != p or rs.high < p:
+        return (_violation(f"ledger holds {ledger.production_count} production rows, blueprint {p}"),)
+    ids = ledger.production_ids()
+    if ids != blueprint.ids:
+        bad = [b for a, b in zip(ids, blueprint.ids, strict=False) if a != b] or list(
+            blueprint.ids[len(ids) :]
+        )
+        out.append(_violation(f"production set differs: {_listed(bad[:_MAX_LISTED], len(bad))}"))
+    ok = rs.alive[:p] & ~rs.is_batch[:p] & (rs.node[:p] == blueprint.node)
+    ok &= np.all(rs.request[:p] == blueprint.requests, axis=1)
+    if not ok.all():
+        bad_rows = np.flatnonzero(~ok)
+        names = [blueprint.ids[i] for i in bad_rows[:_MAX_LISTED]]
+        out.append(_violation(f"production placement or request changed: {_listed(names, len(bad_rows))}"))
+    extra = rs.alive[p : rs.high] & ~rs.is_batch[p : rs.high]
+    if extra.any():
+        rows = np.flatnonzero(extra)[:_MAX_LISTED] + p
+        names = [rs.specs[r].id for r in rows]  # type: ignore[union-attr]
+        out.append(
+            _violation(f"service workload(s) outside the blueprint: {_listed(names, int(extra.sum()))}")
+        )
+    scratch = ledger.recompute().request
+    for label, q in (("maintained", ledger.request_sum), ("recomputed", scratch)):
+        diff = ~np.isclose(q, blueprint.request_sum, rtol=SUM_RTOL, atol=SUM_RTOL)
+        for d in np.flatnonzero(diff.any(axis=0)):
+            n = int(np.flatnonzero(diff[:, d])[0])
+            out.append(
+                _violation(
+                    f"{label} request ledger on node {ledger.nodes[n].name} is {q[n, d]:g}, "
+                    f"blueprint {blueprint.request_sum[n, d]:g}",
+                    DIMS[d],
+                )
+            )
+    over = ledger.request_sum > ledger.capacity_tol
+    for d in np.flatnonzero(over.any(axis=0)):
+        n = int(np.flatnonzero(over[:, d])[0])
+        out.append(_violation(f"request ledger exceeds capacity on node {ledger.nodes[n].name}", DIMS[d]))
+    return tuple(out)
+
+
+def sum_violations(ledger: Ledger) -> tuple[Reason, ...]:
+    """Where the incrementally kept sums and counts differ from a from-scratch recomputation."""
+    inc, scratch = ledger.incremental(), ledger.recompute()
+    out: list[Reason] = []
+    for name in ("request", "reservation"):
+        a, b = getattr(inc, name), getattr(scratch, name)
+        bad = ~np.isclose(a, b, rtol=DRIFT_RTOL, atol=DRIFT_RTOL)
+        for d in np.flatnonzero(bad.any(axis=0)):
+            out.append(_violation(f"incremental {name} sum drifted from scratch", DIMS[d]))
+    for name in ("batch_count", "service_count"):
+        if not np.array_equal(getattr(inc, name), getattr(scratch, name)):
+            out.append(_violation(f"incremental {name} differs from scratch"))
+    return tuple(out)

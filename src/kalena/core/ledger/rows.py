@@ -1,0 +1,99 @@
+"""Workload rows in growable NumPy arrays, with a free list so that add/remove stay O(1).
+
+One row per workload resident in the ledger. Row ``i`` holds the node index, the request and the
+reservation (8-vectors), the tier and a version (the global epoch of the row's last change).
+A removed row goes on a free list and is reused by the next add; the arrays double in size when
+full, so 100,000 workloads with frequent placements and removals cost amortised O(1) per change.
+Row numbers are therefore *not* stable identities: the ledger maps workload ids to rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kalena.core.model import WorkloadSpec
+from kalena.core.resources import NDIM
+
+#: First allocation. Small clusters never grow; large ones double a handful of times.
+INITIAL_ROWS = 1024
+
+
+class RowStore:
+    """Column arrays for workload rows; ``high`` is one past the highest row ever used."""
+
+    __slots__ = ("_free", "alive", "high", "is_batch", "node", "request", "reservation", "specs", "version")
+
+    def __init__(self, initial: int = INITIAL_ROWS) -> None:
+        if initial < 1:
+            raise ValueError(f"initial row capacity must be >= 1, got {initial}")
+        self.node = np.full(initial, -1, dtype=np.int64)
+        self.request = np.zeros((initial, NDIM), dtype=np.float64)
+        self.reservation = np.zeros((initial, NDIM), dtype=np.float64)
+        self.is_batch = np.zeros(initial, dtype=bool)
+        self.alive = np.zeros(initial, dtype=bool)
+        self.version = np.zeros(initial, dtype=np.int64)
+        self.specs: list[WorkloadSpec | None] = [None] * initial
+        self._free: list[int] = []
+        self.high = 0
+
+    @property
+    def capacity(self) -> int:
+        return len(self.node)
+
+    def _grow(self) -> None:
+        """Double every column (amortised O(1) per add)."""
+        old = self.capacity
+        new = 2 * old
+        self.node = np.concatenate([self.node, np.full(old, -1, dtype=np.int64)])
+        self.request = np.concatenate([self.request, np.zeros((old, NDIM))])
+        self.reservation = np.concatenate([self.reservation, np.zeros((old, NDIM))])
+        self.is_batch = np.concatenate([self.is_batch, np.zeros(old, dtype=bool)])
+        self.alive = np.concatenate([self.alive, np.zeros(old, dtype=bool)])
+        self.version = np.concatenate([self.version, np.zeros(old, dtype=np.int64)])
+        self.specs.extend([None] * (new - old))
+
+    def add(
+        self,
+        spec: WorkloadSpec,
+        node: int,
+        request: np.ndarray,
+        reservation: np.ndarray,
+        *,
+        is_batch: bool,
+        version: int,
+    ) -> int:
+        """Store one workload; returns its row (a freed row first, else the next new one)."""
+        if self._free:
+            row = self._free.pop()
+        else:
+            if self.high == self.capacity:
+                self._grow()
+            row = self.high
+            self.high += 1
+        self.node[row] = node
+        self.request[row] = request
+        self.reservation[row] = reservation
+        self.is_batch[row] = is_batch
+        self.alive[row] = True
+        self.version[row] = version
+        self.specs[row] = spec
+        return row
+
+    def remove(self, row: int) -> None:
+        """Free one row; its numbers are zeroed so that a from-scratch sum over all rows stays exact."""
+        if not self.alive[row]:
+            raise KeyError(f"row {row} is not in use")
+        self.alive[row] = False
+        self.node[row] = -1
+        self.request[row] = 0.0
+        self.reservation[row] = 0.0
+        self.is_batch[row] = False
+        self.specs[row] = None
+        self._free.append(row)
+
+    def live_rows(self) -> np.ndarray:
+        """Indices of rows in use, ascending."""
+        return np.flatnonzero(self.alive[: self.high])
+
+    def __len__(self) -> int:
+        return self.high - len(self._free)

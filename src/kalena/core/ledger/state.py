@@ -1,0 +1,446 @@
+"""The dual ledger (seed 000 §2.3): per-node request and reservation sums, changed only by commitments.
+
+For node ``n`` with capacity ``C_n`` (post-Phase-0), production set ``P_n`` and batch set ``B_n``:
+
+* request ledger   ``Q_n = sum_{p in P_n} R_p <= C_n``   (production only; batch never appears)
+* reservation ledger ``U_n = sum_{w in P_n u B_n} r_w``; batch ``b`` fits when ``U_n + R_b <= C_n``
+* slack ``S_n = C_n - U_n`` with ``S_n[gpu] = 0`` (gpu is non-reclaimable: r = R always)
+
+Production rows are loaded once from the blueprint (rows ``0..P-1``) and never removed or
+re-requested; batch rows come and go through :class:`PlaceBatch`, :class:`RemoveBatch` and
+:class:`Eviction`; reservations move through one bulk :class:`ReservationUpdate`. Sums are kept
+incrementally and recomputed from scratch after every bulk update (which also resets float drift);
+:meth:`Ledger.recompute` gives the from-scratch values for the invariant check.
+
+The ledger is the one mutable object in the core: it is *state*, owned by a shell, and
+:meth:`Ledger.apply` is its single writer. Policies read it and return commitments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from kalena.core.ledger.blueprint import node_lookup, per_node_sum, resolve_production
+from kalena.core.ledger.commitments import (
+    Commitment,
+    CommitResult,
+    Eviction,
+    OverrideRecord,
+    PlaceBatch,
+    RemoveBatch,
+    ReservationUpdate,
+)
+from kalena.core.ledger.fit import insufficient_resources, tolerant_capacity
+from kalena.core.ledger.index import ResidentIndex
+from kalena.core.ledger.rows import INITIAL_ROWS, RowStore
+from kalena.core.model import NodeSpec, Selector, Tier, WorkloadSpec
+from kalena.core.resources import DIMS, GPU, NDIM, Resources, stack
+from kalena.core.verdict import Reason, ReasonCode
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+@dataclass(frozen=True, eq=False)
+class RowView:
+    """A copy of the live rows, for estimators: row numbers to put in a :class:`ReservationUpdate`."""
+
+    rows: np.ndarray  # (W,) row numbers
+    ids: tuple[str, ...]
+    node: np.ndarray  # (W,)
+    requests: np.ndarray  # (W, 8)
+    reservations: np.ndarray  # (W, 8)
+    is_batch: np.ndarray  # (W,)
+    global_epoch: int
+
+
+@dataclass(frozen=True, eq=False)
+class Sums:
+    """Per-node sums ``(N, 8)`` and batch counts ``(N,)`` from one source (incremental or scratch)."""
+
+    request: np.ndarray
+    reservation: np.ndarray
+    batch_count: np.ndarray
+    service_count: np.ndarray
+
+
+class Ledger:
+    """Dual-ledger state for ``N`` nodes (indexed ``0..N-1``) and their resident workloads."""
+
+    def __init__(self, nodes: Sequence[NodeSpec], capacity: np.ndarray | Sequence[Resources]) -> None:
+        cap = np.array(capacity if isinstance(capacity, np.ndarray) else stack(capacity), dtype=np.float64)
+        if cap.shape != (len(nodes), NDIM):
+            raise ValueError(f"capacity must have shape ({len(nodes)}, {NDIM}), got {cap.shape}")
+        if np.any(np.isnan(cap)) or np.any(cap < 0):
+            raise ValueError("capacity must be non-negative (inf means unconstrained)")
+        self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
+        self.node_index: Mapping[str, int] = MappingProxyType(node_lookup(self.nodes))
+        cap.setflags(write=False)
+        self._capacity = cap
+        self._capacity_tol = tolerant_capacity(cap)
+        self._capacity_tol.setflags(write=False)
+        n = len(self.nodes)
+        self._rows = RowStore(INITIAL_ROWS)
+        self._row_of: dict[str, int] = {}
+        self._index = ResidentIndex()
+        self._request_sum = np.zeros((n, NDIM))
+        self._reservation_sum = np.zeros((n, NDIM))
+        self._batch_count = np.zeros(n, dtype=np.int64)
+        self._service_count = np.zeros(n, dtype=np.int64)
+        self._ns_running: dict[str, int] = {}
+        self._node_epoch = np.zeros(n, dtype=np.int64)
+        self._global_epoch = 0
+        self._production = 0
+        self._overrides: list[OverrideRecord] = []
+
+    # construction ---------------------------------------------------------------------------
+    @classmethod
+    def from_blueprint(
+        cls,
+        nodes: Sequence[NodeSpec],
+        capacity: np.ndarray | Sequence[Resources],
+        workloads: Iterable[WorkloadSpec],
+        placement: Mapping[str, str | int],
+    ) -> Ledger:
+        """Load production once: every service workload the placement names (see ``resolve_production``).
+
+        The request ledger must hold (the blueprint is a feasibility proof); a node it overfills
+        is a configuration error naming the node and dimension.
+        """
+        ledger = cls(nodes, capacity)
+        for spec, n in resolve_production(ledger.nodes, workloads, placement):
+            req = spec.requests.array()
+            ledger._add(spec, n, req, req, is_batch=False)
+        ledger._production = len(ledger._row_of)
+        over = ledger._request_sum > ledger._capacity_tol
+        if over.any():
+            n, d = (int(x) for x in np.argwhere(over)[0])
+            raise ValueError(
+                f"blueprint overfills node {ledger.nodes[n].name!r} on {DIMS[d]}: production requests "
+                f"{ledger._request_sum[n, d]:g} > capacity {ledger._capacity[n, d]:g}"
+            )
+        return ledger
+
+    # read side ------------------------------------------------------------------------------
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def capacity(self) -> np.ndarray:
+        """C, ``(N, 8)``, read-only."""
+        return self._capacity
+
+    @property
+    def capacity_tol(self) -> np.ndarray:
+        """C with the fit tolerance added (see :func:`tolerant_capacity`), read-only."""
+        return self._capacity_tol
+
+    @property
+    def request_sum(self) -> np.ndarray:
+        """Request ledger Q (production requests per node), ``(N, 8)``, read-only."""
+        return _readonly(self._request_sum)
+
+    @property
+    def reservation_sum(self) -> np.ndarray:
+        """Reservation ledger U (production and batch reservations per node), ``(N, 8)``, read-only."""
+        return _readonly(self._reservation_sum)
+
+    @property
+    def batch_count(self) -> np.ndarray:
+        return _readonly(self._batch_count)
+
+    @property
+    def service_count(self) -> np.ndarray:
+        return _readonly(self._service_count)
+
+    @property
+    def node_epochs(self) -> np.ndarray:
+        return _readonly(self._node_epoch)
+
+    @property
+    def global_epoch(self) -> int:
+        return self._global_epoch
+
+    @property
+    def production_count(self) -> int:
+        return self._production
+
+    @property
+    def overrides(self) -> tuple[OverrideRecord, ...]:
+        return tuple(self._overrides)
+
+    def node_epoch(self, node: int) -> int:
+        return int(self._node_epoch[node])
+
+    def slack(self) -> np.ndarray:
+        """``S = C - U`` per node, with the gpu column 0 (gpu is never slack). May be negative."""
+        s = self._capacity - self._reservation_sum
+        s[:, GPU] = 0.0
+        return s
+
+    def reservation_breaches(self) -> np.ndarray:
+        """``(N, 8)`` bool: where ``U > C`` (reservations rose after placement; enforcement's cue)."""
+        return self._reservation_sum > self._capacity_tol
+
+    def namespace_running(self) -> Mapping[str, int]:
+        """Running batch workloads per namespace."""
+        return MappingProxyType(self._ns_running)
+
+    def __len__(self) -> int:
+        return len(self._row_of)
+
+    def __contains__(self, workload_id: object) -> bool:
+        return workload_id in self._row_of
+
+    def spec(self, workload_id: str) -> WorkloadSpec:
+        spec = self._rows.specs[self._row_of[workload_id]]
+        assert spec is not None
+        return spec
+
+    def node_of(self, workload_id: str) -> int:
+        return int(self._rows.node[self._row_of[workload_id]])
+
+    def reservation_of(self, workload_id: str) -> np.ndarray:
+        return self._rows.reservation[self._row_of[workload_id]].copy()
+
+    def production_ids(self) -> tuple[str, ...]:
+        return tuple(s.id for s in self._rows.specs[: self._production] if s is not None)
+
+    def batch_ids(self) -> tuple[str, ...]:
+        rows = np.flatnonzero(self._rows.alive[: self._rows.high] & self._rows.is_batch[: self._rows.high])
+        return tuple(self._rows.specs[r].id for r in rows)  # type: ignore[union-attr]
+
+    def workloads_on(self, node: int) -> tuple[WorkloadSpec, ...]:
+        rows = np.flatnonzero(self._rows.node[: self._rows.high] == node)
+        return tuple(self._rows.specs[r] for r in rows)  # type: ignore[misc]
+
+    def rows(self) -> RowView:
+        """Copies of the live rows, for an estimator to compute a :class:`ReservationUpdate` from."""
+        r = self._rows.live_rows()
+        return RowView(
+            rows=r,
+            ids=tuple(self._rows.specs[i].id for i in r),  # type: ignore[union-attr]
+            node=self._rows.node[r],
+            requests=self._rows.request[r],
+            reservations=self._rows.reservation[r],
+            is_batch=self._rows.is_batch[r],
+            global_epoch=self._global_epoch,
+        )
+
+    def row_arrays(self) -> RowStore:
+        """The row columns themselves, for the invariant check. Callers must not write to them."""
+        return self._rows
+
+    def matching_rows(self, selector: Selector) -> np.ndarray:
+        """Rows of every resident workload ``selector`` matches (unordered)."""
+        hits = self._index.match(selector)
+        return np.fromiter(hits, dtype=np.int64, count=len(hits))
+
+    def matching_nodes(self, selector: Selector) -> np.ndarray:
+        """Node index of every resident workload ``selector`` matches (with repeats)."""
+        return self._rows.node[self.matching_rows(selector)]
+
+    def recompute(self) -> Sums:
+        """Every per-node sum from scratch over the rows (the invariant check's yardstick)."""
+        rs = self._rows
+        live = rs.alive[: rs.high]
+        node = rs.node[: rs.high]
+        prod = live & ~rs.is_batch[: rs.high]
+        batch = live & rs.is_batch[: rs.high]
+        n = self.n_nodes
+        return Sums(
+            request=per_node_sum(node[prod], rs.request[: rs.high][prod], n),
+            reservation=per_node_sum(node[live], rs.reservation[: rs.high][live], n),
+            batch_count=np.bincount(node[batch], minlength=n).astype(np.int64),
+            service_count=np.bincount(node[prod], minlength=n).astype(np.int64),
+        )
+
+    def incremental(self) -> Sums:
+        """The incrementally maintained sums (copies)."""
+        return Sums(
+            request=self._request_sum.copy(),
+            reservation=self._reservation_sum.copy(),
+            batch_count=self._batch_count.copy(),
+            service_count=self._service_count.copy(),
+        )
+
+    # write side -----------------------------------------------------------------------------
+    def apply(self, commitment: Commitment) -> CommitResult:
+        """Apply one commitment, or reject it with reasons (stale epoch, does not fit, not allowed)."""
+        match commitment:
+            case PlaceBatch():
+                return self._place(commitment)
+            case RemoveBatch():
+                return self._remove(commitment)
+            case Eviction():
+                return self._evict(commitment)
+            case ReservationUpdate():
+                return self._update(commitment)
+        raise TypeError(f"not a commitment: {commitment!r}")
+
+    def apply_all(self, commitments: Iterable[Commitment]) -> tuple[CommitResult, ...]:
+        """Apply in order; each is judged against the state the previous ones left."""
+        return tuple(self.apply(c) for c in commitments)
+
+    # internals --------------------------------------------------------------------------------
+    def _add(self, spec: WorkloadSpec, n: int, req: np.ndarray, res: np.ndarray, *, is_batch: bool) -> None:
+        row = self._rows.add(spec, n, req, res, is_batch=is_batch, version=self._global_epoch)
+        self._row_of[spec.id] = row
+        self._index.add(row, spec)
+        self._reservation_sum[n] += res
+        if is_batch:
+            self._batch_count[n] += 1
+            self._ns_running[spec.namespace] = self._ns_running.get(spec.namespace, 0) + 1
+        else:
+            self._request_sum[n] += req
+            self._service_count[n] += 1
+
+    def _drop(self, workload_id: str) -> None:
+        row = self._row_of.pop(workload_id)
+        spec = self._rows.specs[row]
+        assert spec is not None and self._rows.is_batch[row]
+        n = int(self._rows.node[row])
+        self._reservation_sum[n] -= self._rows.reservation[row]
+        self._batch_count[n] -= 1
+        left = self._ns_running[spec.namespace] - 1
+        if left:
+            self._ns_running[spec.namespace] = left
+        else:
+            del self._ns_running[spec.namespace]
+        self._index.remove(row, spec)
+        self._rows.remove(row)
+
+    def _bump(self, nodes: int | np.ndarray) -> None:
+        self._global_epoch += 1
+        self._node_epoch[nodes] += 1
+
+    def _result(self, c: Commitment, accepted: bool, reasons: tuple[Reason, ...] = ()) -> CommitResult:
+        return CommitResult(c, accepted, reasons, self._global_epoch)
+
+    def _stale_node(self, c: PlaceBatch | RemoveBatch | Eviction) -> CommitResult | None:
+        if not 0 <= c.node < self.n_nodes:
+            raise IndexError(f"node index {c.node} outside 0..{self.n_nodes - 1}")
+        now = int(self._node_epoch[c.node])
+        if now == c.node_epoch:
+            return None
+        return self._stale(c, f"node {self.nodes[c.node].name} is at epoch {now}, not {c.node_epoch}")
+
+    def _stale(self, c: Commitment, detail: str) -> CommitResult:
+        return self._result(c, False, (Reason(ReasonCode.STALE_EPOCH, detail=detail),))
+
+    def _place(self, c: PlaceBatch) -> CommitResult:
+        w = c.workload
+        if w.tier is not Tier.BATCH or w.is_daemonset:
+            raise ValueError(f"PlaceBatch for {w.id!r}: only batch workloads are placed by Kalena")
+        if (stale := self._stale_node(c)) is not None:
+            return stale
+        if w.id in self._row_of:
+            return self._stale(c, f"{w.id} is already placed")
+        req = w.requests.array()
+        if req[GPU] > 0:
+            return self._result(
+                c, False, (Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=float(req[GPU])),)
+            )
+        misfit = insufficient_resources(req, self._reservation_sum[c.node], self._capacity[c.node])
+        if misfit:
+            return self._result(c, False, misfit)
+        self._bump(c.node)
+        self._add(w, c.node, req, req, is_batch=True)
+        return self._result(c, True)
+
+    def _resident_on(self, c: RemoveBatch | Eviction) -> int | CommitResult:
+        """The workload's row, or a stale result when the caller's view of the node is out of date."""
+        if (stale := self._stale_node(c)) is not None:
+            return stale
+        row = self._row_of.get(c.workload_id)
+        if row is None or int(self._rows.node[row]) != c.node:
+            return self._stale(c, f"{c.workload_id} is not on node {self.nodes[c.node].name}")
+        return row
+
+    def _remove(self, c: RemoveBatch) -> CommitResult:
+        row = self._resident_on(c)
+        if isinstance(row, CommitResult):
+            return row
+        if not self._rows.is_batch[row]:
+            return self._result(c, False, (_production_immutable(c.workload_id),))
+        self._bump(c.node)
+        self._drop(c.workload_id)
+        return self._result(c, True)
+
+    def _evict(self, c: Eviction) -> CommitResult:
+        row = self._resident_on(c)
+        if isinstance(row, CommitResult):
+            return row
+        if self._rows.is_batch[row]:
+            self._bump(c.node)
+            self._drop(c.workload_id)
+            return self._result(c, True)
+        if not c.limit_breach_override:
+            return self._result(c, False, (_production_immutable(c.workload_id),))
+        # Service workload over its own limit: stop the process, keep the placement and request.
+        self._bump(c.node)
+        old = self._rows.reservation[row].copy()
+        self._rows.reservation[row] = self._rows.request[row]
+        self._rows.version[row] = self._global_epoch
+        self._reservation_sum[c.node] += self._rows.request[row] - old
+        self._overrides.append(OverrideRecord(c.workload_id, c.node, self._global_epoch, c.reasons))
+        return self._result(c, True)
+
+    def _update(self, c: ReservationUpdate) -> CommitResult:
+        rs = self._rows
+        rows = c.rows
+        if len(rows) and (rows.min() < 0 or rows.max() >= rs.high):
+            raise IndexError("a reservation update names a row that was never used")
+        if c.global_epoch == self._global_epoch:
+            if not rs.alive[rows].all():
+                raise ValueError("a reservation update names a free row at the current epoch")
+        else:
+            alive = rs.alive[rows]
+            changed = rs.version[rows] > c.global_epoch
+            if not alive.all() or changed.any():
+                gone = int((~alive).sum())
+                moved = int((alive & changed).sum())
+                return self._stale(
+                    c, f"computed at epoch {c.global_epoch}: {gone} row(s) removed, {moved} changed since"
+                )
+        new = c.reservations
+        if not np.array_equal(new[:, GPU], rs.request[rows, GPU]):
+            bad = rs.specs[int(rows[np.flatnonzero(new[:, GPU] != rs.request[rows, GPU])[0]])]
+            raise ValueError(f"gpu reservation must equal the request (non-reclaimable); {bad.id!r} differs")  # type: ignore[union-attr]
+        moved_rows = np.any(new != rs.reservation[rows], axis=1)
+        if not moved_rows.any():
+            return self._result(c, True)
+        self._bump(np.unique(rs.node[rows[moved_rows]]))
+        rs.reservation[rows] = new
+        rs.version[rows[moved_rows]] = self._global_epoch
+        # From scratch: one bincount per dimension, and it resets incremental float drift.
+        live = rs.alive[: rs.high]
+        self._reservation_sum = per_node_sum(
+            rs.node[: rs.high][live], rs.reservation[: rs.high][live], self.n_nodes
+        )
+        return self._result(c, True)
+
+
+def _production_immutable(workload_id: str) -> Reason:
+    return Reason(
+        ReasonCode.RESTORATION_VIOLATION,
+        detail=f"{workload_id} is production: only a limit-breach eviction may stop it",
+    )
+
+
+def from_blueprint(
+    nodes: Sequence[NodeSpec],
+    capacity: np.ndarray | Sequence[Resources],
+    workloads: Iterable[WorkloadSpec],
+    placement: Mapping[str, str | int],
+) -> Ledger:
+    """Module-level spelling of :meth:`Ledger.from_blueprint`."""
+    return Ledger.from_blueprint(nodes, capacity, workloads, placement)

@@ -1,0 +1,352 @@
+"""Filter plugins for batch placement, kube-scheduler style: one small class per rule.
+
+A plugin's ``prepare(pod, state)`` (kube-scheduler's PreFilter) returns a :class:`NodeCheck`
+(vectorised over node indices) or ``None`` when the rule cannot reject any node for this pod.
+``passes(nodes)`` is the hot path; ``reasons(nodes)`` (only for failing nodes) feeds why-pending.
+The runner stamps the plugin name into each :class:`~kalena.core.verdict.Status`.
+
+``per_class = True`` marks rules whose answer depends only on what an equivalence class shares
+(requests, nodeSelector, tolerations, equivalence key) and on the pass context, so the scheduler
+evaluates them once per class per pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from kalena.core.ledger.fit import fits_mask, insufficient_resources
+from kalena.core.model import SpreadConstraint, WorkloadSpec
+from kalena.core.placement.state import PassState
+from kalena.core.placement.topology import spread_ok
+from kalena.core.resources import GPU
+from kalena.core.verdict import Reason, ReasonCode
+
+
+class NodeCheck(Protocol):
+    def passes(self, nodes: np.ndarray) -> np.ndarray: ...
+
+    def reasons(self, nodes: np.ndarray) -> Sequence[tuple[Reason, ...]]: ...
+
+
+class Filter(Protocol):
+    name: str
+    per_class: bool
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None: ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MaskCheck:
+    """``ok`` over all nodes; every failing node has the same reasons."""
+
+    ok: np.ndarray
+    why: tuple[Reason, ...]
+
+    def passes(self, nodes: np.ndarray) -> np.ndarray:
+        return self.ok[nodes]
+
+    def reasons(self, nodes: np.ndarray) -> Sequence[tuple[Reason, ...]]:
+        return [self.why] * len(nodes)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TableCheck:
+    """``ok`` over all nodes; a failing node's reasons come from a per-node table row."""
+
+    ok: np.ndarray
+    row: np.ndarray  # (N,) index into ``whys``
+    whys: tuple[tuple[Reason, ...], ...]
+
+    def passes(self, nodes: np.ndarray) -> np.ndarray:
+        return self.ok[nodes]
+
+    def reasons(self, nodes: np.ndarray) -> Sequence[tuple[Reason, ...]]:
+        return [self.whys[r] for r in self.row[nodes]]
+
+
+def _all_fail(state: PassState, why: Reason) -> MaskCheck:
+    return MaskCheck(state.none, (why,))
+
+
+class GpuRequested:
+    """GPU is non-reclaimable: a batch workload requesting one is never placed (SPEC: Resources)."""
+
+    name = "GpuRequested"
+    per_class = True
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        gpu = pod.requests.values[GPU]
+        if gpu <= 0:
+            return None
+        return _all_fail(state, Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=gpu))
+
+
+class NamespaceCap:
+    """At most ``cap`` running batch workloads per namespace (seed 000 §4.5); counts include this pass."""
+
+    name = "NamespaceCap"
+    per_class = False
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        cap = state.ctx.namespace_caps.get(pod.namespace)
+        if cap is None:
+            return None
+        running = state.ns_running.get(pod.namespace, 0)
+        if running < cap:
+            return None
+        why = Reason(
+            ReasonCode.NAMESPACE_CAP,
+            requested=1.0,
+            used=float(running),
+            capacity=float(cap),
+            detail=pod.namespace,
+        )
+        return _all_fail(state, why)
+
+
+class SlackEligible:
+    """Nodes escalation marked slack-ineligible take no new batch during their cooldown."""
+
+    name = "SlackEligible"
+    per_class = True
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        if state.ctx.eligible is None:
+            return None
+        return MaskCheck(state.eligible, (Reason(ReasonCode.NODE_SLACK_INELIGIBLE),))
+
+
+class NodeSelector:
+    name = "NodeSelector"
+    per_class = True
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        if not pod.node_selector:
+            return None
+        return MaskCheck(
+            state.nodes.selector_mask(pod.node_selector), (Reason(ReasonCode.NODE_SELECTOR_MISMATCH),)
+        )
+
+
+class TaintToleration:
+    """``tolerates_all`` per distinct taint set; the reason names the first untolerated taint key."""
+
+    name = "TaintToleration"
+    per_class = True
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        idx = state.nodes
+        if len(idx.taint_sets) == 1 and not idx.taint_sets[0]:
+            return None
+        whys: list[tuple[Reason, ...]] = []
+        for taints in idx.taint_sets:
+            bad = next(
+                (
+                    t.key
+                    for t in taints
+                    if t.effect != "PreferNoSchedule" and not any(tol.tolerates(t) for tol in pod.tolerations)
+                ),
+                "",
+            )
+            whys.append((Reason(ReasonCode.UNTOLERATED_TAINT, detail=bad),))
+        return TableCheck(idx.toleration_mask(pod.tolerations), idx.taint_group, tuple(whys))
+
+
+class EvictionCooldown:
+    """An evicted class may not return to the node it was evicted from before ``until``."""
+
+    name = "EvictionCooldown"
+    per_class = True
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        nodes = state.cooling.get(pod.equivalence_key)
+        if nodes is None:
+            return None
+        ok = np.ones(state.n, dtype=bool)
+        ok[nodes] = False
+        row = np.zeros(state.n, dtype=np.int64)
+        row[nodes] = np.arange(1, len(nodes) + 1)
+        now = state.ctx.now
+        until = state.cooling_until
+        whys = (
+            (),
+            *(
+                (
+                    Reason(
+                        ReasonCode.EVICTION_COOLDOWN, used=now, capacity=until[(pod.equivalence_key, int(n))]
+                    ),
+                )
+                for n in nodes
+            ),
+        )
+        return TableCheck(ok, row, whys)
+
+
+class HarmfulPairing:
+    """Pairings of (equivalence key, node) known to crash or thrash are never repeated (Borg)."""
+
+    name = "HarmfulPairing"
+    per_class = True
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        nodes = state.blacklisted.get(pod.equivalence_key)
+        if nodes is None:
+            return None
+        ok = np.ones(state.n, dtype=bool)
+        ok[nodes] = False
+        return MaskCheck(ok, (Reason(ReasonCode.HARMFUL_PAIRING),))
+
+
+@dataclass(slots=True, eq=False)
+class FitCheck:
+    """Reservation-ledger fit against the pass's current sums (:func:`fits_mask`)."""
+
+    req: np.ndarray
+    state: PassState
+
+    def passes(self, nodes: np.ndarray) -> np.ndarray:
+        s = self.state
+        return fits_mask(self.req, s.reservation[nodes], s.capacity_tol[nodes])
+
+    def reasons(self, nodes: np.ndarray) -> Sequence[tuple[Reason, ...]]:
+        s = self.state
+        return [insufficient_resources(self.req, s.reservation[n], s.capacity[n]) for n in nodes]
+
+
+@dataclass(slots=True, eq=False)
+class CachedFitCheck(FitCheck):
+    """Fit for a whole class, recomputed only on nodes whose epoch moved since it was last computed."""
+
+    fit: np.ndarray | None = None
+    seen: np.ndarray | None = None
+
+    def passes(self, nodes: np.ndarray) -> np.ndarray:
+        s = self.state
+        if self.fit is None or self.seen is None:
+            self.fit = np.zeros(s.n, dtype=bool)
+            self.seen = np.full(s.n, -1, dtype=np.int64)
+        stale = self.seen[nodes] != s.node_epoch[nodes]
+        if stale.any():
+            idx = nodes[stale]
+            self.fit[idx] = fits_mask(self.req, s.reservation[idx], s.capacity_tol[idx])
+            self.seen[idx] = s.node_epoch[idx]
+        return self.fit[nodes]
+
+
+class ReservationFit:
+    """``U_n + R_b <= C_n`` on every dimension (the reservation ledger; seed 000 §2.3)."""
+
+    name = "ReservationFit"
+    per_class = False
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        return FitCheck(pod.requests.array(), state)
+
+    def prepare_class(self, pod: WorkloadSpec, state: PassState) -> CachedFitCheck:
+        """A check valid for the whole pass for every pod with this request vector."""
+        return CachedFitCheck(pod.requests.array(), state)
+
+
+class ProductionAntiAffinityFilter:
+    """A resident production workload whose anti-affinity selector matches the pod blocks its domain."""
+
+    name = "ProductionAntiAffinity"
+    per_class = False  # name-based selectors can target one replica
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        blocked = state.prod_aa.blocked(pod)
+        if blocked is None:
+            return None
+        return MaskCheck(~blocked, (Reason(ReasonCode.PRODUCTION_ANTI_AFFINITY),))
+
+
+class OwnAntiAffinity:
+    """The pod's own anti-affinity: no matching resident (ledger or this pass) in the same domain."""
+
+    name = "OwnAntiAffinity"
+    per_class = False
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        if pod.anti_affinity.is_empty():
+            return None
+        hit = state.matching_nodes(pod.anti_affinity)
+        if not len(hit):
+            return None
+        blocked = state.nodes.same_domain(pod.anti_affinity_topology_key, hit)
+        return MaskCheck(~blocked, (Reason(ReasonCode.OWN_ANTI_AFFINITY),))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SpreadCheck:
+    """AND over constraints; a failing node's reason is its first failing constraint, built lazily."""
+
+    ok: np.ndarray
+    first: np.ndarray  # (N,) index of the first constraint that rejects the node, -1 if none
+    parts: tuple[
+        tuple[SpreadConstraint, np.ndarray, np.ndarray, int, bool], ...
+    ]  # (c, ids, count, min, self)
+
+    def passes(self, nodes: np.ndarray) -> np.ndarray:
+        return self.ok[nodes]
+
+    def reasons(self, nodes: np.ndarray) -> Sequence[tuple[Reason, ...]]:
+        out = []
+        for n in nodes:
+            c, ids, count, gmin, self_match = self.parts[self.first[n]]
+            d = ids[n]
+            out.append(
+                (
+                    Reason(
+                        ReasonCode.SPREAD_SKEW,
+                        requested=float(self_match),
+                        used=float(count[d] + self_match) if d >= 0 else 0.0,
+                        capacity=float(gmin + c.max_skew),
+                        detail=c.topology_key,
+                    ),
+                )
+            )
+        return out
+
+
+class TopologySpread:
+    """The batch pod's own DoNotSchedule spread constraints (formula in ``topology``)."""
+
+    name = "TopologySpread"
+    per_class = False
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        if not pod.spread:
+            return None
+        eligible = state.nodes.selector_mask(pod.node_selector)
+        ok = np.ones(state.n, dtype=bool)
+        first = np.full(state.n, -1, dtype=np.int64)
+        parts = []
+        for i, c in enumerate(pod.spread):
+            ids, n_dom = state.nodes.domains(c.topology_key)
+            self_match = c.selector.matches(pod)
+            c_ok, count, gmin = spread_ok(
+                c, ids, n_dom, eligible, state.matching_nodes(c.selector), self_match
+            )
+            first[ok & ~c_ok] = i
+            ok &= c_ok
+            parts.append((c, ids, count, gmin, self_match))
+        return SpreadCheck(ok, first, tuple(parts))
+
+
+DEFAULT_FILTERS: tuple[Filter, ...] = (
+    GpuRequested(),
+    NamespaceCap(),
+    SlackEligible(),
+    NodeSelector(),
+    TaintToleration(),
+    EvictionCooldown(),
+    HarmfulPairing(),
+    ReservationFit(),
+    ProductionAntiAffinityFilter(),
+    OwnAntiAffinity(),
+    TopologySpread(),
+)

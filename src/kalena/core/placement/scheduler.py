@@ -1,0 +1,264 @@
+"""``schedule``: place pending batch workloads into reclaimed capacity, or say why not.
+
+One pass, for each pending pod in :func:`pending_sort_key` order:
+
+1. **Filter** (``filters.DEFAULT_FILTERS``, in order). With equivalence reuse, the per-class
+   filters run once per equivalence key for the whole pass and the fit is cached per class,
+   recomputed only on nodes whose epoch moved (the node the previous pod went to); the
+   per-pod filters (namespace cap, production and own anti-affinity, spread) run on candidates.
+2. **Sample** (relaxed randomisation, seed 000 §4.2): above ``sample_above_nodes`` nodes, walk
+   the candidates in a random order (a per-pass permutation, a per-pod random start) and stop at
+   the first ``sample_feasible`` feasible nodes; below it, every feasible node is a candidate.
+3. **Score** (``score.DEFAULT_SCORES``) and choose by :func:`candidate_sort_key`.
+4. **Commit** to the pass state and emit a :class:`PlaceBatch` stamped with the node's epoch, so
+   that ``ledger.apply_all(decision.placements)`` applies them or rejects the stale ones.
+
+A pod no node accepts gets a :class:`WhyPending`. The ledger is never written here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kalena.core.ledger import Ledger, PlaceBatch
+from kalena.core.model import Tier, WorkloadSpec
+from kalena.core.placement.cache import PlacementCache
+from kalena.core.placement.config import PlacementConfig, SchedulingContext
+from kalena.core.placement.filters import DEFAULT_FILTERS, Filter, ReservationFit
+from kalena.core.placement.runner import Prepared, explain, feasible, prepare, reasons_of, weighted_score
+from kalena.core.placement.score import DEFAULT_SCORES, Score
+from kalena.core.placement.state import PassState
+from kalena.core.placement.why import WhyPending, binding_dimension
+from kalena.core.verdict import render_reasons
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleStats:
+    pods: int
+    placed: int
+    pending: int
+    nodes_examined: int  # node evaluations in the candidate search, summed over pods
+    classes: int  # equivalence classes seen (0 without reuse)
+    score_cache_hits: int
+    score_cache_misses: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingDecision:
+    placements: tuple[PlaceBatch, ...]  # in commit order
+    scores: tuple[float, ...]  # the winning score of each placement
+    pending: tuple[WhyPending, ...]
+    global_epoch: int  # the ledger epoch the pass read
+    stats: ScheduleStats
+
+
+def pending_sort_key(w: WorkloadSpec) -> tuple[int, str, str]:
+    """Higher priority first; then by equivalence key (keeps a class together for cache reuse); then id."""
+    return (-w.priority, w.equivalence_key, w.id)
+
+
+def candidate_sort_key(score: float, node: int) -> tuple[float, int]:
+    """Highest score first; ties go to the lowest node index (a fixed tie-break)."""
+    return (-score, node)
+
+
+def same_class(a: WorkloadSpec, b: WorkloadSpec) -> bool:
+    """Whether ``b`` may reuse ``a``'s class results and why-pending: all they read but identity is equal."""
+    return (
+        a.equivalence_key == b.equivalence_key
+        and a.requests == b.requests
+        and a.node_selector == b.node_selector
+        and a.tolerations == b.tolerations
+        and a.labels == b.labels
+        and a.namespace == b.namespace
+        and a.image == b.image
+        and a.anti_affinity == b.anti_affinity
+        and a.anti_affinity_topology_key == b.anti_affinity_topology_key
+        and a.spread == b.spread
+    )
+
+
+@dataclass(slots=True)
+class _Class:
+    rep: WorkloadSpec
+    order: np.ndarray  # nodes passing the per-class filters, in search order
+    fit: Prepared
+    why: WhyPending | None = None
+    why_at: int = -1  # state.placed when ``why`` was computed
+
+
+class _Pass:
+    """The mutable bookkeeping of one ``schedule`` call."""
+
+    def __init__(
+        self,
+        state: PassState,
+        config: PlacementConfig,
+        rng: np.random.Generator,
+        filters: Sequence[Filter],
+        scores: Sequence[Score],
+    ) -> None:
+        self.state, self.config, self.rng = state, config, rng
+        self.filters, self.scores = tuple(filters), tuple(scores)
+        n = state.n
+        self.sample = config.relaxed_randomisation and n > config.sample_above_nodes
+        self.k = config.sample_feasible if self.sample else None
+        self.chunk = 2 * config.sample_feasible  # one chunk usually suffices when most nodes are feasible
+        self.all = np.arange(n)
+        self.order = rng.permutation(n) if self.sample else self.all
+        self.classes: dict[str, _Class] = {}
+        self.examined = 0
+        self.fit_plugin = next((f for f in filters if isinstance(f, ReservationFit)), None)
+
+    # candidate search ---------------------------------------------------------------------------
+    def search(self, checks: Sequence[Prepared], order: np.ndarray) -> np.ndarray:
+        if self.k is None or not len(order):
+            self.examined += len(order)
+            return feasible(checks, order)
+        start = int(self.rng.integers(len(order)))
+        rolled = np.concatenate((order[start:], order[:start]))
+        found: list[np.ndarray] = []
+        got = pos = 0
+        while pos < len(rolled) and got < self.k:
+            part = feasible(checks, rolled[pos : pos + self.chunk])
+            pos += self.chunk
+            found.append(part)
+            got += len(part)
+        self.examined += min(pos, len(rolled))
+        return np.concatenate(found)[: self.k]
+
+    def class_for(self, pod: WorkloadSpec) -> _Class:
+        cls = self.classes.get(pod.equivalence_key)
+        if cls is not None and same_class(cls.rep, pod):
+            return cls
+        state = self.state
+        static = feasible(prepare([f for f in self.filters if f.per_class], pod, state), self.all)
+        mask = np.zeros(state.n, dtype=bool)
+        mask[static] = True
+        order = self.order[mask[self.order]]
+        fit: Prepared = (
+            ("ReservationFit", self.fit_plugin.prepare_class(pod, state))
+            if self.fit_plugin is not None
+            else ("ReservationFit", _NoCheck())
+        )
+        cls = _Class(pod, order, fit)
+        if pod.equivalence_key not in self.classes:  # a mismatching pod gets a one-off class
+            self.classes[pod.equivalence_key] = cls
+        return cls
+
+    def pod_checks(self, pod: WorkloadSpec, cls: _Class | None) -> list[Prepared]:
+        if cls is None:
+            return prepare(self.filters, pod, self.state)
+        out: list[Prepared] = []
+        for f in self.filters:
+            if f.per_class:
+                continue
+            if f is self.fit_plugin:
+                out.append(cls.fit)
+            elif (check := f.prepare(pod, self.state)) is not None:
+                out.append((f.name, check))
+        return out
+
+    # one pod ----------------------------------------------------------------------------------------
+    def decide(self, pod: WorkloadSpec) -> tuple[int, float] | WhyPending:
+        state = self.state
+        cls = self.class_for(pod) if self.config.equivalence_reuse else None
+        if (
+            cls is not None
+            and cls.why is not None
+            and cls.why_at == state.placed
+            and not state.prod_aa.names_pod(pod)
+        ):
+            return dataclasses.replace(cls.why, workload_id=pod.id)  # nothing changed since: same answer
+        checks = self.pod_checks(pod, cls)
+        cands = self.search(checks, cls.order if cls is not None else self.order)
+        if not len(cands):
+            why = why_pending(pod, state, self.filters)
+            if cls is not None:
+                cls.why, cls.why_at = why, state.placed
+            return why
+        values = weighted_score(self.scores, self.config, pod, state, cands)
+        best = float(values.max())
+        node = int(cands[values == best].min())  # candidate_sort_key: max score, then lowest index
+        return node, best
+
+
+class _NoCheck:
+    def passes(self, nodes: np.ndarray) -> np.ndarray:
+        return np.ones(len(nodes), dtype=bool)
+
+    def reasons(self, nodes: np.ndarray) -> list:
+        return [()] * len(nodes)
+
+
+def why_pending(
+    pod: WorkloadSpec, state: PassState, filters: Sequence[Filter] = DEFAULT_FILTERS
+) -> WhyPending:
+    """The full answer for one pod against the pass state (all nodes, all plugins, in order)."""
+    checks = prepare(filters, pod, state)
+    statuses = explain(checks, state.n)
+    available = sum(1 for s in statuses if s.ok)
+    others = [c for c in checks if c[0] != "ReservationFit"]
+    cand = feasible(others, np.arange(state.n))
+    binding = binding_dimension(pod.requests.array(), state.reservation[cand], state.capacity[cand])
+    message = render_reasons(state.n, available, reasons_of(statuses))
+    return WhyPending(pod.id, state.n, available, statuses, binding, message)
+
+
+def schedule(
+    pending: Iterable[WorkloadSpec],
+    ledger: Ledger,
+    context: SchedulingContext,
+    config: PlacementConfig,
+    rng: np.random.Generator,
+    *,
+    cache: PlacementCache | None = None,
+    filters: Sequence[Filter] = DEFAULT_FILTERS,
+    scores: Sequence[Score] = DEFAULT_SCORES,
+) -> SchedulingDecision:
+    """Decide where each pending batch workload goes (module docstring); the ledger is only read.
+
+    ``cache`` carries indexes and the score cache between passes (a fresh one is used if omitted);
+    ``rng`` drives relaxed randomisation only. Pending workloads must be batch tier, distinct and
+    not already in the ledger: anything else is a caller bug and raises ``ValueError``.
+    """
+    pods = sorted(pending, key=pending_sort_key)
+    seen: set[str] = set()
+    for w in pods:
+        if w.tier is not Tier.BATCH or w.is_daemonset:
+            raise ValueError(f"{w.id!r} is not a batch workload: production is placed by the blueprint")
+        if w.id in seen or w.id in ledger:
+            raise ValueError(f"{w.id!r} is pending twice or already placed")
+        seen.add(w.id)
+    cache = cache if cache is not None else PlacementCache()
+    nodes, prod_aa, score_cache = cache.bind(ledger, config)
+    state = PassState(
+        ledger, context, config, nodes, prod_aa, score_cache if config.equivalence_reuse else None
+    )
+    run = _Pass(state, config, rng, filters, scores)
+    hits0, misses0 = score_cache.hits, score_cache.misses
+    placements: list[PlaceBatch] = []
+    won: list[float] = []
+    waiting: list[WhyPending] = []
+    for pod in pods:
+        outcome = run.decide(pod)
+        if isinstance(outcome, WhyPending):
+            waiting.append(outcome)
+            continue
+        node, value = outcome
+        placements.append(PlaceBatch(pod, node, state.place(pod, node)))
+        won.append(value)
+    stats = ScheduleStats(
+        pods=len(pods),
+        placed=len(placements),
+        pending=len(waiting),
+        nodes_examined=run.examined,
+        classes=len(run.classes),
+        score_cache_hits=score_cache.hits - hits0,
+        score_cache_misses=score_cache.misses - misses0,
+    )
+    return SchedulingDecision(tuple(placements), tuple(won), tuple(waiting), ledger.global_epoch, stats)

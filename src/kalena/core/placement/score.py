@@ -1,0 +1,154 @@
+"""Score terms for batch placement (seed 000 §4.1). Each term is in [0, 1]; higher is better.
+
+``score_n = w_s * stranded_n + w_c * colocation_n + w_i * image_n + w_v * stability_n``
+(weights in :class:`~kalena.core.placement.config.PlacementConfig`, which says why each has its value).
+
+* **Stranded slack** (Borg's hybrid, neither best- nor worst-fit). With ``q(S)`` the node's slack
+  quantised down to its bucket (``floor(S_d / w_d) * w_d``; quantising makes the term a pure
+  function of the cache key), the fraction left after placing request ``R`` is
+  ``f_d = clip((q(S)_d - R_d) / C_d, 0, 1)`` over the configured reclaimable dimensions with a
+  finite, positive ``C_d``. ``stranded = 1 - 2 * std_d(f_d)``: 1 when every dimension keeps the
+  same fraction free (nothing stranded), 0 at the largest possible imbalance (std of values in
+  [0, 1] is at most 1/2). Normalising by ``C_d`` puts cores, GiB and MB/s on one scale.
+* **Co-location**: 1 if the node hosts service and batch, 0.5 if service only (placing batch
+  there creates the mix), 0 otherwise. Borg: a mix lets high-priority work expand into
+  compressible low-priority capacity during a spike.
+* **Image locality**: 1 if the node holds the pod's image, else 0 (and 0 for a pod with no image).
+* **Stability** (the volatility penalty as a reward): ``1 - min(1, v_n / volatility_scale)`` with
+  ``v_n`` from :func:`reservation_volatility`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from kalena.core.model import WorkloadSpec
+from kalena.core.resources import RECLAIMABLE
+
+
+def bucket_key(slack: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """``floor(S / w)`` per dimension: the score-cache key (``inf`` stays ``inf``)."""
+    return np.floor(slack / width)
+
+
+def stranded_balance(
+    quantised_slack: np.ndarray, request: np.ndarray, capacity: np.ndarray, dims: np.ndarray
+) -> np.ndarray:
+    """``1 - 2 * std_d clip((q(S)_d - R_d) / C_d, 0, 1)`` per node over ``dims`` with finite ``C_d > 0``.
+
+    Shapes: ``quantised_slack`` and ``capacity`` ``(k, 8)``, ``request`` ``(8,)``, ``dims`` ``(8,)`` bool.
+    A node with fewer than two usable dimensions scores 1 (nothing can be stranded).
+    """
+    q = quantised_slack[:, dims]
+    c = capacity[:, dims]
+    invalid = ~(np.isfinite(c) & (c > 0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = (q - request[dims]) / c
+    np.clip(f, 0.0, 1.0, out=f)
+    f[invalid] = 0.0  # also clears NaN from inf / inf and x / 0
+    n = f.shape[1] - invalid.sum(axis=1)
+    safe_n = np.maximum(n, 1)
+    dev = f - (f.sum(axis=1) / safe_n)[:, None]
+    dev[invalid] = 0.0
+    var = np.einsum("ij,ij->i", dev, dev) / safe_n
+    return np.where(n >= 2, 1.0 - 2.0 * np.sqrt(var), 1.0)
+
+
+def colocation(service_count: np.ndarray, batch_count: np.ndarray) -> np.ndarray:
+    """1 where both tiers are resident, 0.5 where only service is, else 0."""
+    has_service = service_count > 0
+    return np.where(has_service & (batch_count > 0), 1.0, np.where(has_service, 0.5, 0.0))
+
+
+def stability(volatility: np.ndarray, scale: float) -> np.ndarray:
+    """``1 - min(1, v / scale)``: 1 for a flat reservation series, 0 at or above ``scale``."""
+    return 1.0 - np.minimum(1.0, np.maximum(volatility, 0.0) / scale)
+
+
+def reservation_volatility(
+    series: np.ndarray, capacity: np.ndarray, dims: np.ndarray = RECLAIMABLE
+) -> np.ndarray:
+    """Per node, the variance over time of ``U_t / C``, averaged over ``dims`` with finite ``C > 0``.
+
+    ``series``: ``(T, N, 8)`` reservation-ledger sums ``U_t`` (NaN = missing sample, ignored);
+    ``capacity``: ``(N, 8)``. A dimension needs two samples to have a variance; a node with no
+    such dimension gets 0. Normalising by capacity makes a 1-core wobble on a 4-core node count
+    as much as a 16-core wobble on a 64-core node.
+    """
+    x = series[:, :, dims]
+    c = capacity[:, dims]
+    usable = np.isfinite(c) & (c > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = x / np.where(usable, c, 1.0)[None]
+    present = ~np.isnan(frac)
+    cnt = present.sum(axis=0)
+    safe = np.maximum(cnt, 1)
+    mean = np.where(present, frac, 0.0).sum(axis=0) / safe
+    var = np.where(present, (frac - mean[None]) ** 2, 0.0).sum(axis=0) / safe
+    ok = usable & (cnt >= 2)
+    n_ok = ok.sum(axis=1)
+    return np.where(n_ok > 0, np.where(ok, var, 0.0).sum(axis=1) / np.maximum(n_ok, 1), 0.0)
+
+
+def image_masks(present: Sequence[frozenset[str] | set[str]]) -> dict[str, np.ndarray]:
+    """From one set of images per node to image -> ``(N,)`` bool (the form the context takes)."""
+    n = len(present)
+    out: dict[str, np.ndarray] = {}
+    for i, images in enumerate(present):
+        for image in images:
+            out.setdefault(image, np.zeros(n, dtype=bool))[i] = True
+    return out
+
+
+class ScoreView(Protocol):
+    """What a score term reads from a pass (implemented by ``PassState``)."""
+
+    service_count: np.ndarray
+    batch_count: np.ndarray
+    stability: np.ndarray
+    images: Mapping[str, np.ndarray]
+
+    def stranded(self, pod: WorkloadSpec, nodes: np.ndarray) -> np.ndarray: ...
+
+
+class Score(Protocol):
+    """One score plugin: ``score`` returns values in [0, 1] for ``nodes``; the weight is configured."""
+
+    name: str
+
+    def score(self, pod: WorkloadSpec, view: ScoreView, nodes: np.ndarray) -> np.ndarray: ...
+
+
+class StrandedSlack:
+    name = "stranded"
+
+    def score(self, pod: WorkloadSpec, view: ScoreView, nodes: np.ndarray) -> np.ndarray:
+        return view.stranded(pod, nodes)  # cached per request vector when reuse is on
+
+
+class CoLocation:
+    name = "colocation"
+
+    def score(self, pod: WorkloadSpec, view: ScoreView, nodes: np.ndarray) -> np.ndarray:
+        return colocation(view.service_count[nodes], view.batch_count[nodes])
+
+
+class ImageLocality:
+    name = "image"
+
+    def score(self, pod: WorkloadSpec, view: ScoreView, nodes: np.ndarray) -> np.ndarray:
+        mask = view.images.get(pod.image) if pod.image else None
+        return np.zeros(len(nodes)) if mask is None else mask[nodes].astype(np.float64)
+
+
+class LowVolatility:
+    name = "volatility"
+
+    def score(self, pod: WorkloadSpec, view: ScoreView, nodes: np.ndarray) -> np.ndarray:
+        return view.stability[nodes]
+
+
+DEFAULT_SCORES: tuple[Score, ...] = (StrandedSlack(), CoLocation(), ImageLocality(), LowVolatility())

@@ -1,0 +1,125 @@
+"""One scheduling pass's view: the ledger's numbers plus the placements this pass has made.
+
+The pass never writes to the ledger. It copies the per-node reservation sums, counts and epochs
+(``(N, 8)`` and ``(N,)`` arrays: cheap), and records its own placements in an overlay so that
+later pods in the same pass see them (fit, anti-affinity, spread, namespace caps). Each placement
+bumps the copied node epoch, which is the epoch the next placement on that node is stamped with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kalena.core.ledger import Ledger
+from kalena.core.ledger.index import ResidentIndex
+from kalena.core.model import Selector, WorkloadSpec
+from kalena.core.placement.cache import ScoreCache
+from kalena.core.placement.config import PlacementConfig, SchedulingContext
+from kalena.core.placement.nodeindex import NodeIndex
+from kalena.core.placement.score import bucket_key, stability, stranded_balance
+from kalena.core.placement.topology import ProductionAntiAffinity
+from kalena.core.resources import GPU
+
+
+def _index_pairs(pairs: Mapping[tuple[str, int], float] | frozenset[tuple[str, int]], now: float | None):
+    """equivalence key -> array of nodes (for cooldowns: only those still cooling at ``now``)."""
+    out: dict[str, list[int]] = {}
+    items = pairs.items() if isinstance(pairs, Mapping) else ((p, None) for p in pairs)
+    for (key, node), until in items:
+        if now is None or until is None or until > now:
+            out.setdefault(key, []).append(int(node))
+    return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
+
+
+class PassState:
+    """Everything a filter or score reads during one pass (a typed kube-scheduler CycleState)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        ctx: SchedulingContext,
+        config: PlacementConfig,
+        nodes: NodeIndex,
+        prod_aa: ProductionAntiAffinity,
+        scores: ScoreCache | None,
+    ) -> None:
+        n = ledger.n_nodes
+        ctx.validate(n)
+        self.ledger, self.ctx, self.config = ledger, ctx, config
+        self.n = n
+        self.nodes, self.prod_aa, self.scores = nodes, prod_aa, scores
+        self.capacity = ledger.capacity
+        self.capacity_tol = ledger.capacity_tol
+        self.reservation = ledger.reservation_sum.copy()
+        self.batch_count = ledger.batch_count.copy()
+        self.service_count = ledger.service_count
+        self.node_epoch = ledger.node_epochs.copy()
+        self.ns_running = dict(ledger.namespace_running())
+        self.placed = 0  # placements made in this pass: a version for "nothing changed since"
+        self._overlay = ResidentIndex()
+        self._overlay_node: list[int] = []
+        self.eligible = nodes.all if ctx.eligible is None else np.asarray(ctx.eligible, dtype=bool)
+        self.stability = (
+            np.ones(n)
+            if ctx.volatility is None
+            else stability(np.asarray(ctx.volatility), config.volatility_scale)
+        )
+        self.images = ctx.images
+        self.cooling = _index_pairs(ctx.cooldowns, ctx.now)
+        self.cooling_until = dict(ctx.cooldowns)
+        self.blacklisted = _index_pairs(ctx.blacklist, None)
+        self.none = np.zeros(n, dtype=bool)
+        self.none.setflags(write=False)
+        self._dims = config.stranded_mask
+        self._dim_idx = np.flatnonzero(self._dims)
+        self._dim_width = config.width_array[self._dims]
+        if scores is not None:
+            scores.sync(self.slack(np.arange(n)))
+
+    def slack(self, nodes: np.ndarray) -> np.ndarray:
+        """``C - U`` for ``nodes`` as this pass sees it, gpu column 0."""
+        s = self.capacity[nodes] - self.reservation[nodes]
+        s[:, GPU] = 0.0
+        return s
+
+    def stranded(self, pod: WorkloadSpec, nodes: np.ndarray) -> np.ndarray:
+        req = pod.requests.array()
+        if self.scores is not None:
+            return self.scores.stranded(pod.requests, req, self.capacity, nodes)
+        # Same numbers as the cache: floor(S / w) * w on the stranded dimensions, 0 elsewhere.
+        d, w = self._dim_idx, self._dim_width
+        cap = self.capacity[nodes]
+        q = np.zeros((len(nodes), len(req)))
+        q[:, d] = bucket_key(cap[:, d] - self.reservation[nodes][:, d], w) * w
+        return stranded_balance(q, req, cap, self._dims)
+
+    def matching_nodes(self, selector: Selector) -> np.ndarray:
+        """Node of every resident (ledger or this pass) that ``selector`` matches, with repeats."""
+        base = self.ledger.matching_nodes(selector)
+        if not self._overlay_node:
+            return base
+        extra = self._overlay.match(selector)
+        if not extra:
+            return base
+        mine = np.asarray(self._overlay_node, dtype=np.int64)[
+            np.fromiter(extra, dtype=np.int64, count=len(extra))
+        ]
+        return np.concatenate([base, mine])
+
+    def place(self, pod: WorkloadSpec, node: int) -> int:
+        """Record a placement in the pass; returns the node epoch the commitment is computed against."""
+        epoch = int(self.node_epoch[node])
+        self.reservation[node] += pod.requests.array()
+        self.batch_count[node] += 1
+        self.node_epoch[node] += 1
+        self.ns_running[pod.namespace] = self.ns_running.get(pod.namespace, 0) + 1
+        self._overlay.add(len(self._overlay_node), pod)
+        self._overlay_node.append(node)
+        self.placed += 1
+        if self.scores is not None:
+            s = self.capacity[node] - self.reservation[node]
+            s[GPU] = 0.0
+            self.scores.sync_node(node, s)
+        return epoch

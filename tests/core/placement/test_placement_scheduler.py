@@ -1,0 +1,227 @@
+"""The scheduler end to end: choices by score, epochs, why-pending, sort keys, reuse and sampling."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kalena.core.ledger import Blueprint, PlaceBatch, restoration_violations
+from kalena.core.placement import (
+    PlacementCache,
+    PlacementConfig,
+    SchedulingContext,
+    candidate_sort_key,
+    pending_sort_key,
+    schedule,
+)
+from kalena.core.verdict import ReasonCode
+from kalena.testing.builders import batch, node, workload
+from kalena.testing.clusters import estimated_reservations, ledger_of, synthetic_cluster
+
+REST = dict(storage=100, disk_read=100, disk_write=100, net_in=100, net_out=100, gpu=0)
+CPU_RAM = PlacementConfig(stranded_dims=("cpu", "ram"))  # hand-computable stranded term
+
+
+def nodes3(**extra):
+    return [node(f"n{i}", cpu=8, ram=16, **REST, **extra) for i in range(3)]
+
+
+def run(L, pods, ctx=None, config=CPU_RAM, seed=0, cache=None):
+    return schedule(pods, L, ctx or SchedulingContext(), config, np.random.default_rng(seed), cache=cache)
+
+
+def test_image_locality_wins_and_the_score_is_the_weighted_sum():
+    L = ledger_of(nodes3())
+    ctx = SchedulingContext(images={"img": np.array([False, False, True])})
+    d = run(L, [batch("j/a", cpu=1, ram=2, image="img")], ctx)
+    (p,) = d.placements
+    # stranded: f = (7/8, 14/16) is balanced -> 1; colocation 0; image 3 x 1; stability 1
+    assert (p.node, d.scores[0]) == (2, pytest.approx(5.0))
+
+
+def test_colocation_prefers_mixed_then_service_nodes():
+    prod = [(workload("p/a", cpu=2, ram=4), "n1"), (workload("p/b", cpu=1, ram=2), "n2")]
+    L = ledger_of(nodes3(), prod)
+    assert L.apply(PlaceBatch(batch("j/old", cpu=1, ram=2), 2, 0)).accepted
+    d = run(L, [batch("j/a", cpu=1, ram=2)])
+    # every node stays balanced (stranded 1); colocation 0 / 0.5 / 1
+    assert d.placements[0].node == 2 and d.scores[0] == pytest.approx(1 + 1 + 0 + 1)
+
+
+def test_stranded_slack_prefers_the_balanced_node():
+    prod = [(workload("p/cpu-heavy", cpu=4), "n0"), (workload("p/even", cpu=2, ram=4), "n1")]
+    L = ledger_of(nodes3()[:2], prod)
+    d = run(L, [batch("j/a", cpu=1, ram=2)])
+    # n0 after: f = (3/8, 14/16) -> std 0.25 -> 0.5;  n1 after: f = (5/8, 10/16) -> 1
+    assert d.placements[0].node == 1 and d.scores[0] == pytest.approx(1 + 0.5 + 1)
+
+
+def test_volatility_penalty():
+    L = ledger_of(nodes3())
+    ctx = SchedulingContext(volatility=np.array([0.02, 0.005, 0.0]))
+    d = run(L, [batch("j/a", cpu=1, ram=2)], ctx)
+    assert d.placements[0].node == 2
+
+
+def test_ties_go_to_the_lowest_node_index_and_epochs_are_stamped_in_sequence():
+    L = ledger_of(nodes3())
+    pods = [batch(f"j/p{i}", cpu=2, ram=4, owner="j/job") for i in range(5)]
+    d = run(L, pods)
+    # all nodes equal at first; pods keep balance so they fill n0 (4 fit), then n1
+    assert [(p.node, p.node_epoch) for p in d.placements] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
+    assert all(r.accepted for r in L.apply_all(d.placements))
+    assert d.global_epoch == 0 and L.global_epoch == 5
+
+
+def test_pending_why_with_binding_dimension():
+    L = ledger_of([node("n0", cpu=2, ram=16, **REST), node("n1", cpu=8, ram=16, taints=("t",), **REST)])
+    d = run(L, [batch("j/big", cpu=4, ram=1)])
+    (w,) = d.pending
+    assert w.workload_id == "j/big" and (w.total_nodes, w.available) == (2, 0)
+    assert w.message == "0/2 nodes are available: 1 Insufficient cpu, 1 Untolerated taint (t)."
+    assert w.binding is not None
+    assert (w.binding.dimension, w.binding.nodes, w.binding.margin, w.binding.fits_request) == (
+        "cpu",
+        1,
+        2.0,
+        2.0,
+    )
+    assert [s.plugin for s in w.statuses] == ["ReservationFit", "TaintToleration"]
+
+
+def test_gpu_requests_are_never_placed():
+    L = ledger_of([node("g", cpu=8, ram=16, gpu=8)])
+    d = run(L, [batch("j/g", gpu=1)])
+    assert not d.placements
+    assert d.pending[0].message == "0/1 nodes are available: 1 Gpu requested."
+    assert d.pending[0].binding is None
+
+
+def test_namespace_cap_and_own_anti_affinity_count_this_pass():
+    L = ledger_of(nodes3())
+    capped = run(L, [batch(f"j/c{i}", cpu=1) for i in range(3)], SchedulingContext(namespace_caps={"j": 2}))
+    assert len(capped.placements) == 2
+    assert capped.pending[0].reasons[0].code is ReasonCode.NAMESPACE_CAP
+    loners = [
+        batch(f"j/l{i}", cpu=1, labels={"app": "l"}, anti_affinity_labels={"app": "l"}) for i in range(4)
+    ]
+    d = run(L, loners)
+    assert sorted(p.node for p in d.placements) == [0, 1, 2]
+    assert d.pending[0].message == "0/3 nodes are available: 3 Own anti affinity."
+
+
+def test_identical_pending_pods_share_one_answer():
+    L = ledger_of(nodes3())
+    pods = [batch(f"j/x{i}", cpu=99, owner="j/job") for i in range(3)]
+    d = run(L, pods)
+    assert [w.workload_id for w in d.pending] == [p.id for p in pods]
+    assert len({w.message for w in d.pending}) == 1
+    assert d.pending[0].statuses is d.pending[2].statuses  # reused, not recomputed
+
+
+SORT_CASES = [
+    ("priority-first", [("a", 0, "k"), ("b", 5, "k")], ["b", "a"]),
+    ("then-class", [("a", 0, "k2"), ("b", 0, "k1")], ["b", "a"]),
+    ("then-id", [("b", 0, "k"), ("a", 0, "k")], ["a", "b"]),
+]
+
+
+@pytest.mark.parametrize(("pods", "want"), [c[1:] for c in SORT_CASES], ids=[c[0] for c in SORT_CASES])
+def test_pending_sort_key(pods, want):
+    ws = [batch(f"j/{i}", priority=p, owner=o) for i, p, o in pods]
+    assert [w.name for w in sorted(ws, key=pending_sort_key)] == want
+
+
+CAND_CASES = [
+    ("higher-score-first", [(0.5, 1), (0.9, 7)], [(0.9, 7), (0.5, 1)]),
+    ("tie-lowest-index", [(0.9, 7), (0.9, 2)], [(0.9, 2), (0.9, 7)]),
+]
+
+
+@pytest.mark.parametrize(("items", "want"), [c[1:] for c in CAND_CASES], ids=[c[0] for c in CAND_CASES])
+def test_candidate_sort_key(items, want):
+    assert sorted(items, key=lambda t: candidate_sort_key(*t)) == want
+
+
+BAD_PENDING = [
+    ("service-tier", lambda L: [workload("p/s", cpu=1)], "not a batch workload"),
+    ("duplicate", lambda L: [batch("j/a"), batch("j/a")], "pending twice"),
+    ("already-placed", lambda L: [batch("j/old")], "already placed"),
+]
+
+
+@pytest.mark.parametrize(("make", "msg"), [c[1:] for c in BAD_PENDING], ids=[c[0] for c in BAD_PENDING])
+def test_bad_pending_lists_are_bugs(make, msg):
+    L = ledger_of(nodes3())
+    L.apply(PlaceBatch(batch("j/old", cpu=1), 0, 0))
+    with pytest.raises(ValueError, match=msg):
+        run(L, make(L))
+
+
+def test_context_shapes_validated():
+    L = ledger_of(nodes3())
+    with pytest.raises(ValueError, match="eligible"):
+        run(L, [batch("j/a")], SchedulingContext(eligible=np.ones(2, bool)))
+    with pytest.raises(ValueError, match="namespace cap"):
+        SchedulingContext(namespace_caps={"j": -1})
+
+
+def cluster(seed: int):
+    c = synthetic_cluster(40, 150, 160, seed=seed, per_class=8, n_images=10, images_per_node=3)
+    L = c.ledger()
+    assert L.apply(estimated_reservations(L, np.random.default_rng(seed))).accepted
+    return c, L, SchedulingContext(images=c.images, volatility=c.volatility)
+
+
+def key(d):
+    return [(p.workload.id, p.node, p.node_epoch) for p in d.placements], [w.message for w in d.pending]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000))
+def test_reuse_and_caches_never_change_the_decision(seed):
+    c, L, ctx = cluster(seed)
+    exact = PlacementConfig(relaxed_randomisation=False)
+    plain = PlacementConfig(relaxed_randomisation=False, equivalence_reuse=False)
+    a = schedule(c.pending, L, ctx, exact, np.random.default_rng(0))
+    b = schedule(c.pending, L, ctx, plain, np.random.default_rng(0))
+    assert key(a) == key(b)
+    assert a.stats.classes > 0 and b.stats.classes == 0
+    # placements are feasible in the ledger's own judgement, and the blueprint is untouched
+    assert all(r.accepted for r in L.apply_all(a.placements))
+    assert restoration_violations(L, Blueprint.of(c.nodes, c.production, c.placement)) == ()
+
+
+def test_a_cache_kept_across_passes_gives_the_same_answers_as_a_fresh_one():
+    c, L, ctx = cluster(7)
+    cfg = PlacementConfig(relaxed_randomisation=False)
+    cache = PlacementCache()
+    first = schedule(c.pending[:80], L, ctx, cfg, np.random.default_rng(0), cache=cache)
+    L.apply_all(first.placements[::2])  # apply only some: the rest of the pass never happened
+    kept = schedule(c.pending[80:], L, ctx, cfg, np.random.default_rng(0), cache=cache)
+    fresh = schedule(c.pending[80:], L, ctx, cfg, np.random.default_rng(0))
+    assert key(kept) == key(fresh)
+    assert kept.stats.score_cache_hits > 0
+
+
+def test_relaxed_randomisation_samples_and_stays_feasible_and_seeded():
+    c, L, ctx = cluster(3)
+    cfg = PlacementConfig(sample_above_nodes=10, sample_feasible=4)
+    a = schedule(c.pending, L, ctx, cfg, np.random.default_rng(42))
+    b = schedule(c.pending, L, ctx, cfg, np.random.default_rng(42))
+    full = schedule(
+        c.pending, L, ctx, PlacementConfig(relaxed_randomisation=False), np.random.default_rng(42)
+    )
+    assert key(a) == key(b)
+    assert a.stats.nodes_examined < full.stats.nodes_examined
+    assert len(a.placements) >= 1
+    assert all(r.accepted for r in L.apply_all(a.placements))
+
+
+def test_production_anti_affinity_binds_through_the_scheduler():
+    prod = [(workload("p/db", cpu=1, anti_affinity_labels={"io": "heavy"}), "n0")]
+    L = ledger_of(nodes3()[:1], prod)
+    d = run(L, [batch("j/io", cpu=1, labels={"io": "heavy"}), batch("j/ok", cpu=1)])
+    assert [p.workload.id for p in d.placements] == ["j/ok"]
+    assert d.pending[0].workload_id == "j/io"
+    assert d.pending[0].message == "0/1 nodes are available: 1 Production anti affinity."

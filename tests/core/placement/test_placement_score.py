@@ -1,0 +1,126 @@
+"""Score terms with hand-computed numbers, the volatility helper and the weights."""
+
+import math
+
+import numpy as np
+import pytest
+
+from kalena.core.placement import (
+    PlacementConfig,
+    bucket_key,
+    colocation,
+    image_masks,
+    reservation_volatility,
+    stability,
+    stranded_balance,
+)
+
+CPU_RAM = np.array([1, 1, 0, 0, 0, 0, 0, 0], dtype=bool)
+INF = math.inf
+
+
+def v8(*xs: float) -> np.ndarray:
+    out = np.zeros(8)
+    out[: len(xs)] = xs
+    return out
+
+
+STRANDED = [
+    # id, quantised slack, request, capacity, dims, expected
+    # f = (2/8, 6/16) = (0.25, 0.375): std 0.0625, score 1 - 0.125
+    ("uneven-after-placement", v8(4, 8), v8(2, 2), v8(8, 16), CPU_RAM, 0.875),
+    # f = (0.5, 0.5): perfectly balanced
+    ("balanced", v8(4, 8), v8(0, 0), v8(8, 16), CPU_RAM, 1.0),
+    # f = (0.5, 0.25): std 0.125
+    ("ram-poor", v8(4, 4), v8(0, 0), v8(8, 16), CPU_RAM, 0.75),
+    # f = (1, 0): the worst imbalance, std 0.5
+    ("all-cpu-no-ram", v8(8, 0), v8(0, 0), v8(8, 16), CPU_RAM, 0.0),
+    # request larger than slack clips at 0: f = (0, 0.5), std 0.25
+    ("clipped", v8(1, 8), v8(2, 0), v8(8, 16), CPU_RAM, 0.5),
+    # an unconstrained dimension is ignored: one usable dimension left, nothing to strand
+    ("inf-capacity-ignored", v8(4, INF), v8(0, 0), v8(8, INF), CPU_RAM, 1.0),
+    # zero capacity ignored the same way
+    ("zero-capacity-ignored", v8(4, 0), v8(0, 0), v8(8, 0), CPU_RAM, 1.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("q", "req", "cap", "dims", "want"), [c[1:] for c in STRANDED], ids=[c[0] for c in STRANDED]
+)
+def test_stranded_balance(q, req, cap, dims, want):
+    got = stranded_balance(q[None], req, cap[None], dims)
+    assert got.shape == (1,)
+    assert got[0] == pytest.approx(want)
+
+
+def test_stranded_over_seven_dimensions_is_in_unit_interval():
+    rng = np.random.default_rng(0)
+    cap = rng.uniform(1, 100, size=(50, 8))
+    q = rng.uniform(-10, 100, size=(50, 8))
+    s = stranded_balance(q, rng.uniform(0, 5, size=8), cap, PlacementConfig().stranded_mask)
+    assert np.all((s >= 0) & (s <= 1))
+
+
+COLOC = [
+    ("empty", 0, 0, 0.0),
+    ("service-only", 3, 0, 0.5),
+    ("mixed", 1, 2, 1.0),
+    ("batch-only", 0, 4, 0.0),
+]
+
+
+@pytest.mark.parametrize(("svc", "bat", "want"), [c[1:] for c in COLOC], ids=[c[0] for c in COLOC])
+def test_colocation(svc, bat, want):
+    assert colocation(np.array([svc]), np.array([bat]))[0] == want
+
+
+STABILITY = [("flat", 0.0, 1.0), ("half", 0.005, 0.5), ("at-scale", 0.01, 0.0), ("beyond", 0.05, 0.0)]
+
+
+@pytest.mark.parametrize(("var", "want"), [c[1:] for c in STABILITY], ids=[c[0] for c in STABILITY])
+def test_stability(var, want):
+    assert stability(np.array([var]), 0.01)[0] == pytest.approx(want)
+
+
+def test_reservation_volatility_by_hand():
+    cap = np.array([v8(8, 16)])
+    cap[0, 2:] = INF  # only cpu and ram are finite
+    series = np.zeros((3, 1, 8))
+    series[:, 0, 0] = [2, 6, np.nan]  # cpu 0.25, 0.75 of capacity (missing sample ignored): var 0.0625
+    series[:, 0, 1] = [4, 4, 4]  # ram flat: var 0
+    assert reservation_volatility(series, cap)[0] == pytest.approx(0.03125)
+    one = reservation_volatility(series[:1], cap)
+    assert one[0] == 0.0  # one sample has no variance
+
+
+def test_image_masks_and_bucket_key():
+    m = image_masks([{"a"}, {"a", "b"}, set()])
+    assert m["a"].tolist() == [True, True, False] and m["b"].tolist() == [False, True, False]
+    assert bucket_key(np.array([0.3, 0.49, 0.5, -0.1, INF]), np.full(5, 0.25)).tolist() == [1, 1, 2, -1, INF]
+
+
+BAD_CONFIG = [
+    ("negative-weight", {"image_weight": -1.0}, "image_weight=-1.0"),
+    ("nan-weight", {"stranded_weight": math.nan}, "stranded_weight"),
+    ("zero-scale", {"volatility_scale": 0.0}, "volatility_scale=0.0"),
+    ("short-widths", {"bucket_width": (1.0,) * 7}, "bucket_width"),
+    ("zero-width", {"bucket_width": (0.0,) + (1.0,) * 7}, "widths must be > 0"),
+    ("unknown-dim", {"stranded_dims": ("cpu", "bogus")}, "bogus"),
+    ("gpu-dim", {"stranded_dims": ("cpu", "gpu")}, "gpu is never slack"),
+    ("zero-sample", {"sample_feasible": 0}, "sample_feasible=0"),
+    ("float-threshold", {"sample_above_nodes": 1.5}, "sample_above_nodes=1.5"),
+]
+
+
+@pytest.mark.parametrize(("kw", "msg"), [c[1:] for c in BAD_CONFIG], ids=[c[0] for c in BAD_CONFIG])
+def test_config_rejects_bad_values_naming_key_and_value(kw, msg):
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        PlacementConfig(**kw)
+
+
+def test_config_defaults_and_weights():
+    c = PlacementConfig()
+    assert c.weight("image") == 3.0 and c.weight("stranded") == 1.0
+    assert c.stranded_mask.sum() == 7 and not c.stranded_mask[2]
+    # image locality outweighs the other three terms together at their extremes
+    assert c.image_weight >= c.stranded_weight + c.colocation_weight + c.volatility_weight
