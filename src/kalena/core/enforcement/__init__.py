@@ -30,6 +30,7 @@ from kalena.core.enforcement.eviction import (
     release_on_eviction,
     reservation_rise,
 )
+from kalena.core.enforcement.from_ledger import eviction_commitments, snapshot_from_ledger
 from kalena.core.enforcement.pairing import EvictionEvent, HarmfulPair, blacklisted_pairs, harmful_pairs
 from kalena.core.enforcement.records import (
     EvictionCause,
@@ -96,6 +97,7 @@ __all__ = [
     "batch_cpu_caps",
     "blacklisted_pairs",
     "decide_escalation",
+    "eviction_commitments",
     "eviction_sort_key",
     "failed_run",
     "harmful_pairs",
@@ -106,6 +108,7 @@ __all__ = [
     "plan_throttle",
     "release_on_eviction",
     "reservation_rise",
+    "snapshot_from_ledger",
     "snapshot_from_workloads",
     "water_fill",
     "weight_to_shares",

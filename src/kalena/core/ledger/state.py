@@ -287,8 +287,27 @@ class Ledger:
         raise TypeError(f"not a commitment: {commitment!r}")
 
     def apply_all(self, commitments: Iterable[Commitment]) -> tuple[CommitResult, ...]:
-        """Apply in order; each is judged against the state the previous ones left."""
-        return tuple(self.apply(c) for c in commitments)
+        """Apply one decision's commitments in order; each is judged against the state the previous left.
+
+        A decision stamps successive commitments on one node ``e, e+1, ...``. Once one of them is
+        rejected, every later one on that node is rejected as stale too: they were computed
+        against the same view, and an outside change that happened to bump the node's epoch
+        the same number of times must not make a later one look current.
+        """
+        results: list[CommitResult] = []
+        failed: set[int] = set()
+        for c in commitments:
+            node = None if isinstance(c, ReservationUpdate) else c.node
+            if node is not None and node in failed:
+                results.append(
+                    self._stale(c, "an earlier commitment of this decision on the node was rejected")
+                )
+                continue
+            r = self.apply(c)
+            if not r.accepted and node is not None:
+                failed.add(node)
+            results.append(r)
+        return tuple(results)
 
     # internals --------------------------------------------------------------------------------
     def _add(self, spec: WorkloadSpec, n: int, req: np.ndarray, res: np.ndarray, *, is_batch: bool) -> None:
