@@ -89,6 +89,10 @@ SUCCESS = Status(Code.SUCCESS)
 
 def render_reasons(total_nodes: int, available: int, reasons: Iterable[Reason]) -> str:
     """``"0/186 nodes are available: 3 Insufficient ram, 183 Node selector mismatch."``"""
-    counts = Counter(r.phrase() for r in reasons)
+    # Count the (frozen, hashable) reasons first and phrase each distinct one once: a why-pending
+    # answer on a 5,000-node cluster holds thousands of identical reasons.
+    counts: Counter[str] = Counter()
+    for reason, n in Counter((r.code, r.dimension, r.detail) for r in reasons).items():
+        counts[Reason(reason[0], reason[1], detail=reason[2]).phrase()] += n
     parts = ", ".join(f"{n} {p}" for p, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return f"{available}/{total_nodes} nodes are available" + (f": {parts}." if parts else ".")
