@@ -25,7 +25,6 @@ from kalena.core.model import (
     DaemonSetSpec,
     NodeSpec,
     Selector,
-    Taint,
     Tier,
     Toleration,
     WorkloadSpec,
@@ -55,7 +54,7 @@ def node_spec(n: NodeDoc) -> NodeSpec:
         name=n.name,
         allocatable=resources(n.allocatable, math.inf),
         labels=MappingProxyType(dict(n.labels)),
-        taints=tuple(Taint(t.key, t.value, t.effect) for t in n.taints),
+        taints=n.taints,
         zone=n.zone,
         rack=n.rack,
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kalena.core.cluster import Group
+from kalena.core.model import Taint
 
 Kind = Literal["Infrastructure", "Workloads", "Blueprint"]
 Dims = Mapping[str, float]
@@ -33,19 +34,12 @@ def replica_names(name: str, replicas: int) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class TaintDoc:
-    key: str
-    value: str = ""
-    effect: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class NodeDoc:
     name: str
     zone: str = ""
     rack: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[TaintDoc, ...] = ()
+    taints: tuple[Taint, ...] = ()
     allocatable: Dims = field(default_factory=dict)
     loc: Loc = field(default=(), compare=False)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from kalena.core.model import Taint
 from kalena.ir import schema_legacy as lg
 from kalena.ir import schema_v1 as v1
 from kalena.ir.document import (
@@ -34,7 +35,6 @@ from kalena.ir.document import (
     NodeDoc,
     ObservedDoc,
     SpreadDoc,
-    TaintDoc,
     TolerationDoc,
     WorkloadsDoc,
 )
@@ -175,7 +175,7 @@ def _infra(data: dict[str, Any], legacy: bool, log: ProblemLog) -> InfraDoc:
                     zone=m.zone,
                     rack=m.rack,
                     labels=dict(m.labels),
-                    taints=tuple(TaintDoc(t.key, t.value, t.effect) for t in m.taints),
+                    taints=tuple(Taint(t.key, t.value, t.effect) for t in m.taints),
                     allocatable=_dims(m.allocatable),
                     loc=("nodes", i),
                 )
