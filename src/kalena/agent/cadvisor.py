@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -101,16 +101,23 @@ class CadvisorClient:
 class CadvisorTelemetry:
     """:class:`~kalena.agent.telemetry.TelemetrySource` over cAdvisor.
 
-    ``container_of`` maps a cgroup name to cAdvisor's container name (by default the absolute
-    cgroup path, which is how cAdvisor names raw cgroups). A failed request returns no
-    counters at all for the round (``last_error`` says why).
+    ``container_of`` maps a cgroup name to cAdvisor's container name: a mapping, or a function
+    (the agent passes its tree's absolute path of the cgroup, which is how cAdvisor names raw
+    cgroups); names it does not know are used as they are. A failed request returns no counters
+    at all for the round (``last_error`` says why).
     """
 
     name = "cadvisor"
 
-    def __init__(self, client: CadvisorClient, container_of: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, client: CadvisorClient, container_of: Mapping[str, str] | Callable[[str], str] | None = None
+    ) -> None:
         self.client = client
-        self.container_of = dict(container_of or {})
+        if callable(container_of):
+            self._name = container_of
+        else:
+            table = dict(container_of or {})
+            self._name = lambda cg: table.get(cg, cg)
         self.last_error: str | None = None
 
     def counters(self, cgroups: Mapping[str, str], now: float) -> dict[str, Counters]:
@@ -122,7 +129,7 @@ class CadvisorTelemetry:
         self.last_error = None
         out = {}
         for wid, cg in cgroups.items():
-            c = latest.get(self.container_of.get(cg, cg))
+            c = latest.get(self._name(cg))
             if c is not None:
                 out[wid] = c
         return out

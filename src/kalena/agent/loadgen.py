@@ -2,7 +2,8 @@
 
 ``python -m kalena.agent.loadgen cpu``   spin one core until killed;
 ``python -m kalena.agent.loadgen mem --mib N``   hold N MiB of touched memory; then read commands
-on stdin: ``grow M`` (hold M MiB, answer ``at M``), ``exit``;
+on stdin: ``grow M`` (hold M MiB, answer ``at M``), ``exit``; at the end of stdin it keeps
+holding (a batch run started with no stdin is a steady memory user);
 ``python -m kalena.agent.loadgen sleep``   do nothing until killed.
 
 Each prints ``ready`` (``ready N`` for mem) once it is in its steady state, so a test waits on
@@ -50,12 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ready {args.mib}", flush=True)
     for line in sys.stdin:
         cmd = line.split()
-        if not cmd or cmd[0] == "exit":
-            break
-        if cmd[0] == "grow":
+        if cmd and cmd[0] == "exit":
+            return 0
+        if cmd and cmd[0] == "grow":
             _hold(chunks, int(cmd[1]), args.step_mib)
             print(f"at {cmd[1]}", flush=True)
-    return 0
+    while True:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":

@@ -174,6 +174,22 @@ class PsiSetup:
             out.extend(p.check(now, mono))
         return out
 
+    def retry(self, notifier: Notifier, windows: Iterable[int] = WINDOWS_US) -> int:
+        """Try again to arm the polled specs (a cgroup created after the agent started); returns
+        how many became triggers."""
+        still, armed = [], 0
+        for p in self.polled:
+            try:
+                t = PsiTrigger.open(p.spec, tuple(windows))
+            except PsiUnavailable:
+                still.append(p)
+                continue
+            notifier.add(t)
+            self.triggers.append(t)
+            armed += 1
+        self.polled = still
+        return armed
+
     def close(self, notifier: Notifier) -> None:
         for t in self.triggers:
             notifier.remove(t)

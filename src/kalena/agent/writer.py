@@ -197,13 +197,26 @@ class CgroupWriter:
         ctrl = "memory" if knob in (Knob.MEMORY_HIGH, Knob.MEMORY_MAX) else "cpu"
         return self.tree.layout.home(ctrl)
 
-    def _encode(self, knob: Knob, h: Hierarchy, value: float) -> tuple[str, str]:
-        """(file name, text) for ``value`` in hierarchy ``h``."""
+    @staticmethod
+    def _period_us(h: Hierarchy, d: Path) -> int:
+        """The CFS period the quota is measured against: v2 always gets ``CFS_PERIOD_US`` (it is
+        written with the quota); v1 keeps the cgroup's own ``cpu.cfs_period_us``."""
+        if h.version == 2:
+            return CFS_PERIOD_US
+        text = read_text(d / "cpu.cfs_period_us")
+        try:
+            return CFS_PERIOD_US if text is None else parse_single_int(text, "cpu.cfs_period_us")
+        except ParseError:
+            return CFS_PERIOD_US
+
+    def _encode(self, knob: Knob, h: Hierarchy, d: Path, value: float) -> tuple[str, str]:
+        """(file name, text) for ``value`` in hierarchy ``h``, cgroup directory ``d``."""
         v1 = h.version == 1
         if knob is Knob.CPU_QUOTA:
             if math.isinf(value):
                 return ("cpu.cfs_quota_us", "-1") if v1 else ("cpu.max", f"max {CFS_PERIOD_US}")
-            q = max(MIN_QUOTA_US, round(value * CFS_PERIOD_US))
+            period = self._period_us(h, d)
+            q = max(MIN_QUOTA_US, round(value * period))
             return ("cpu.cfs_quota_us", str(q)) if v1 else ("cpu.max", f"{q} {CFS_PERIOD_US}")
         if knob is Knob.CPU_WEIGHT:
             w = int(value)
@@ -211,6 +224,25 @@ class CgroupWriter:
         if knob is Knob.MEMORY_HIGH:
             return ("memory.soft_limit_in_bytes" if v1 else "memory.high", _bytes_text(value, v1))
         return ("memory.limit_in_bytes" if v1 else "memory.max", _bytes_text(value, v1))
+
+    def current(self, name: str, knob: Knob) -> float | None:
+        """The knob's value now (cores for CPU_QUOTA, ``inf`` = none; bytes for memory; the file's
+        number for CPU_WEIGHT), or ``None`` if it cannot be read."""
+        h = self._knob_home(knob)
+        if h is None:
+            return None
+        d = self.tree.dir(h, name)
+        filename, _ = self._encode(knob, h, d, math.inf)
+        text = read_text(d / filename)
+        if text is None:
+            return None
+        try:
+            value = self._decode(filename, text.strip())
+        except ParseError:
+            return None
+        if knob is Knob.CPU_QUOTA and math.isfinite(value):
+            return value / self._period_us(h, d)
+        return value
 
     @staticmethod
     def _decode(filename: str, text: str) -> float:
@@ -246,8 +278,9 @@ class CgroupWriter:
             h = self._knob_home(w.knob)
             if h is None:
                 continue  # the controller does not exist on this host: nothing to write
-            filename, text = self._encode(w.knob, h, w.value)
-            last[self.tree.dir(h, w.cgroup) / filename] = (w, text)
+            d = self.tree.dir(h, w.cgroup)
+            filename, text = self._encode(w.knob, h, d, w.value)
+            last[d / filename] = (w, text)
         pending = []
         for path, (w, text) in last.items():
             old = self._current(path, now)

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from kalena import __version__
+from kalena.cli import agent as agent_cli
 from kalena.cli import ir
 
 app = typer.Typer(
@@ -21,6 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(ir.app, name="ir")
+app.add_typer(agent_cli.app, name="agent")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,77 @@
+"""Wiring: one function that builds a ready-to-start :class:`~kalena.agent.loop.Agent`.
+
+State folder layout (``--state-dir``)::
+
+    state.json     the crash-safe state file (:mod:`.state`)
+    actions.jsonl  the action log (:mod:`.actionlog`), including every cgroup write
+    inbox/         batch submissions (:mod:`.runtime`)
+    jobs/          batch runs' output
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from kalena.agent.actionlog import ActionLog
+from kalena.agent.cadvisor import CadvisorClient, CadvisorTelemetry
+from kalena.agent.cgroupfs import FsCgroupReader
+from kalena.agent.config import AgentConfig
+from kalena.agent.declaration import Declaration
+from kalena.agent.layout import CgroupLayout, CgroupTree, detect
+from kalena.agent.loop import Agent
+from kalena.agent.notify import Notifier
+from kalena.agent.runtime import ProcessRuntime
+from kalena.agent.state import StateStore
+from kalena.agent.telemetry import CgroupfsTelemetry, TelemetrySource
+from kalena.agent.writer import CgroupWriter, ManagedScope, WriteRecord
+
+
+def build_agent(
+    declaration: Declaration,
+    state_dir: Path,
+    *,
+    config: AgentConfig | None = None,
+    cgroup_root: str = "kalena",
+    layout: CgroupLayout | None = None,
+    cadvisor_url: str | None = None,
+    cadvisor_api: str = "v2.0",
+    clock: Callable[[], float] = time.time,
+    declaration_path: Path | None = None,
+    audit_writes: bool = True,
+) -> Agent:
+    """An agent for this host (``layout`` detected unless given) keeping its files in ``state_dir``."""
+    config = config or AgentConfig()
+    tree = CgroupTree(layout or detect(), cgroup_root)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log = ActionLog(state_dir / "actions.jsonl")
+
+    def audit(rec: WriteRecord) -> None:
+        log.append("write", rec.time, **{k: v for k, v in rec.to_json().items() if k != "time"})
+
+    reader = FsCgroupReader(tree)
+    writer = CgroupWriter(tree, ManagedScope(), clock=clock, audit=audit if audit_writes else None)
+    telemetry: TelemetrySource
+    if cadvisor_url:
+        home = tree.layout.home("memory") or tree.layout.hierarchies[0]
+        telemetry = CadvisorTelemetry(
+            CadvisorClient(cadvisor_url, api=cadvisor_api), lambda cg: tree.path(home, cg)
+        )
+    else:
+        telemetry = CgroupfsTelemetry(reader)
+    return Agent(
+        declaration,
+        config,
+        tree=tree,
+        reader=reader,
+        writer=writer,
+        telemetry=telemetry,
+        notifier=Notifier(clock),
+        store=StateStore(state_dir / "state.json"),
+        log=log,
+        runtime=ProcessRuntime(writer, reader, state_dir / "jobs"),
+        inbox=state_dir / "inbox",
+        clock=clock,
+        declaration_path=declaration_path,
+    )

@@ -1,0 +1,146 @@
+"""Carrying out eviction plans: SIGTERM, the grace period, SIGKILL; once per eviction, across crashes.
+
+For each victim, in plan order:
+
+1. an :class:`EvictionRecord` (id, cgroup, pids, SIGKILL deadline = now + grace) is added and
+   the state file saved: write-ahead, before anything is signalled;
+2. the ``evict`` line (the core's "why evicted", the whole plan's victim order, the trigger)
+   is appended to the action log and fsynced, then the record is marked ``logged``;
+3. SIGTERM to every process of the cgroup, or SIGKILL at once when the grace is 0 (acute).
+
+Each round, :meth:`Evictor.progress` marks records whose cgroup emptied as done and sends
+SIGKILL to those past their deadline. A workload with an eviction in flight is never evicted
+again; after a restart the records say which are in flight, so a SIGKILLed agent resumes the
+grace period instead of starting a second eviction. A record whose log line may be missing
+(a crash between steps 1 and 2) is logged on recovery unless the log already has it.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kalena.agent.actionlog import ActionLog, why_evicted
+from kalena.agent.cgroupfs import CgroupReader
+from kalena.agent.state import AgentState, EvictionRecord, StateStore
+from kalena.agent.writer import CgroupWriter
+from kalena.core.enforcement import Victim
+
+
+class Evictor:
+    def __init__(
+        self,
+        writer: CgroupWriter,
+        reader: CgroupReader,
+        state: AgentState,
+        store: StateStore,
+        log: ActionLog,
+        max_history: int = 1000,
+    ) -> None:
+        self.writer = writer
+        self.reader = reader
+        self.state = state
+        self.store = store
+        self.log = log
+        self.max_history = max_history
+
+    def busy(self, workload: str) -> bool:
+        """An eviction of ``workload`` is in flight (never start a second one)."""
+        return any(e.workload == workload for e in self.state.in_flight())
+
+    def start(
+        self,
+        victims: Sequence[Victim],
+        cgroup_of: Mapping[str, str],
+        job_of: Mapping[str, str],
+        context: Mapping[str, Any],
+        now: float,
+    ) -> list[tuple[EvictionRecord, Victim]]:
+        """Record, log and signal ``victims`` (skipping any already in flight); returns what started."""
+        started: list[tuple[EvictionRecord, Victim]] = []
+        for v in victims:
+            if self.busy(v.workload) or v.workload not in cgroup_of:
+                continue
+            self.state.eviction_seq += 1
+            cg = cgroup_of[v.workload]
+            rec = EvictionRecord(
+                id=f"ev-{self.state.eviction_seq}",
+                workload=v.workload,
+                cgroup=cg,
+                tier=v.tier.value,
+                cause=v.cause.value,
+                started_at=now,
+                deadline=now + v.grace_period_s,
+                pids=list(self.reader.procs(cg)),
+                requeue_until=None if v.requeue is None else v.requeue.cooldown_until,
+                job=job_of.get(v.workload),
+            )
+            self.state.evictions.append(rec)
+            started.append((rec, v))
+        if not started:
+            return started
+        self.store.save(self.state)  # write-ahead: the record exists before any signal
+        for rec, v in started:
+            self._log(rec, why_evicted(v), context)
+        self.store.save(self.state)
+        for rec, v in started:
+            reason = f"evict {rec.id}: {v.cause.value} on {v.dimension}"
+            if v.grace_period_s <= 0:
+                self.writer.kill(rec.cgroup, reason + " (acute: no grace)")
+                rec.status = "killed"
+            else:
+                self.writer.signal(
+                    rec.cgroup, signal.SIGTERM, reason + f" (SIGKILL in {v.grace_period_s:g} s)"
+                )
+        self.store.save(self.state)
+        return started
+
+    def _log(self, rec: EvictionRecord, why: Mapping[str, Any] | None, context: Mapping[str, Any]) -> None:
+        self.log.append(
+            "evict",
+            rec.started_at,
+            sync=True,
+            id=rec.id,
+            workload=rec.workload,
+            cgroup=rec.cgroup,
+            pids=rec.pids,
+            deadline=rec.deadline,
+            why=why,
+            **context,
+        )
+        rec.logged = True
+
+    def recover(self) -> None:
+        """After a restart: make sure every recorded eviction has its ``evict`` line, exactly once."""
+        for rec in self.state.evictions:
+            if not rec.logged:
+                if not self.log.has_eviction(rec.id):
+                    self._log(rec, None, {"recovered": True})
+                rec.logged = True
+        self.store.save(self.state)
+
+    def progress(self, now: float, on_done: Callable[[EvictionRecord], None]) -> list[EvictionRecord]:
+        """Finish evictions whose cgroup emptied; SIGKILL those past their deadline."""
+        done = []
+        for rec in self.state.in_flight():
+            if not self.reader.procs(rec.cgroup):
+                rec.status, rec.finished_at = "done", now
+                self.log.append(
+                    "evicted", now, id=rec.id, workload=rec.workload, after_s=now - rec.started_at
+                )
+                on_done(rec)
+                done.append(rec)
+            elif rec.status == "terminating" and now >= rec.deadline:
+                self.writer.kill(rec.cgroup, f"evict {rec.id}: grace period over")
+                rec.status = "killed"
+                self.log.append("sigkill", now, id=rec.id, workload=rec.workload)
+        finished = [e for e in self.state.evictions if e.status == "done"]
+        if len(finished) > self.max_history:
+            drop = {id(e) for e in finished[: len(finished) - self.max_history]}
+            self.state.evictions = [e for e in self.state.evictions if id(e) not in drop]
+        return done
+
+    def next_deadline(self) -> float | None:
+        deadlines = [e.deadline for e in self.state.in_flight() if e.status == "terminating"]
+        return min(deadlines, default=None)

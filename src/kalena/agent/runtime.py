@@ -1,0 +1,246 @@
+"""The process runtime: a tiny Borglet that runs submitted batch commands in their own cgroups.
+
+Submission is a spool folder (``<state-dir>/inbox``): ``kalena agent submit`` writes one JSON
+file per job atomically, the agent takes it into its state file and then deletes it, so a job
+is never lost or run twice across a crash. A malformed submission is reported (file, key,
+value) and moved to ``inbox/rejected``; nothing of it runs.
+
+A job's process is started inside its cgroup in every hierarchy (the child writes its own pid
+to each ``cgroup.procs`` before ``exec``, so not one instruction runs outside), in its own
+session, with output appended to ``<state-dir>/jobs/<workload>.log``. Whether a run is alive
+is read from its cgroup (empty = done), which also holds after an agent restart, when the
+process is no longer the agent's child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
+
+from kalena.agent.cgroupfs import CgroupReader
+from kalena.agent.declaration import Problem
+from kalena.agent.state import JobRecord, write_atomic
+from kalena.agent.writer import CgroupWriter
+from kalena.core.quantity import QuantityError, parse_quantity
+from kalena.core.resources import DIMS
+
+_Q = StrictInt | StrictFloat | StrictStr
+
+
+class _Submission(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: StrictStr = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    command: list[StrictStr] = Field(min_length=1)
+    requests: dict[StrictStr, _Q] = Field(default_factory=dict)
+    limits: dict[StrictStr, _Q] | None = None
+    priority: StrictInt = Field(default=0, ge=0)
+    slack_memory: StrictBool = False
+    grace_s: StrictFloat | StrictInt | None = Field(default=None, ge=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    name: str
+    command: tuple[str, ...]
+    requests: dict[str, float]
+    limits: dict[str, float] | None
+    priority: int
+    slack_memory: bool = False
+    grace_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "command": list(self.command),
+            "requests": self.requests,
+            "limits": self.limits,
+            "priority": self.priority,
+            "slack_memory": self.slack_memory,
+            "grace_s": self.grace_s,
+        }
+
+    def job(self, now: float) -> JobRecord:
+        return JobRecord(
+            self.name,
+            list(self.command),
+            dict(self.requests),
+            None if self.limits is None else dict(self.limits),
+            self.priority,
+            now,
+            self.slack_memory,
+            self.grace_s,
+        )
+
+
+def parse_submission(data: Any, file: str) -> Submission:
+    """Validate one submission; raise ``ValueError`` carrying :class:`Problem` records."""
+    try:
+        doc = _Submission.model_validate(data)
+    except ValidationError as e:
+        probs = [
+            Problem(file, ".".join(str(x) for x in err["loc"]) or "<document>", err["msg"], err.get("input"))
+            for err in e.errors()
+        ]
+        raise SubmissionError(probs) from None
+    probs: list[Problem] = []
+
+    def dims(raw: dict[str, Any], key: str) -> dict[str, float]:
+        out = {}
+        for d, v in raw.items():
+            if d not in DIMS:
+                probs.append(Problem(file, f"{key}.{d}", "unknown dimension", d))
+                continue
+            try:
+                out[d] = parse_quantity(v, d)
+            except QuantityError as err:
+                probs.append(Problem(file, f"{key}.{d}", str(err), v))
+        return out
+
+    req = dims(doc.requests, "requests")
+    lim = None if doc.limits is None else dims(doc.limits, "limits")
+    if req.get("gpu", 0) > 0:
+        probs.append(Problem(file, "requests.gpu", "batch never gets a GPU (non-reclaimable)", req["gpu"]))
+    for d, v in (lim or {}).items():
+        if 0 < v < req.get(d, 0):
+            probs.append(Problem(file, f"limits.{d}", f"is below the request {req[d]:g}", v))
+    if probs:
+        raise SubmissionError(probs)
+    grace = None if doc.grace_s is None else float(doc.grace_s)
+    return Submission(doc.name, tuple(doc.command), req, lim, doc.priority, doc.slack_memory, grace)
+
+
+class SubmissionError(ValueError):
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(p.render() for p in problems))
+
+
+def submit(inbox: Path, sub: Submission) -> Path:
+    """Drop ``sub`` into the agent's inbox (atomically: the agent never reads half a file)."""
+    inbox.mkdir(parents=True, exist_ok=True)
+    path = inbox / f"{sub.name}.json"
+    write_atomic(path, json.dumps(sub.to_json(), sort_keys=True).encode())
+    return path
+
+
+def read_inbox(inbox: Path) -> tuple[list[tuple[Path, Submission]], list[Problem]]:
+    """Every valid submission waiting (oldest first) and the problems of the invalid ones.
+
+    Invalid files are moved to ``inbox/rejected`` at once; valid ones stay until
+    :func:`take` removes them (after the agent recorded them in its state file).
+    """
+    if not inbox.is_dir():
+        return [], []
+    ok: list[tuple[Path, Submission]] = []
+    problems: list[Problem] = []
+    files = sorted(
+        (p for p in inbox.glob("*.json") if p.is_file()), key=lambda p: (p.stat().st_mtime, p.name)
+    )
+    for p in files:
+        try:
+            ok.append((p, parse_submission(json.loads(p.read_text()), str(p))))
+        except SubmissionError as e:
+            problems.extend(e.problems)
+            _reject(p)
+        except (OSError, json.JSONDecodeError) as e:
+            problems.append(Problem(str(p), "<document>", f"not readable JSON: {e}", has_value=False))
+            _reject(p)
+    return ok, problems
+
+
+def _reject(p: Path) -> None:
+    rejected = p.parent / "rejected"
+    rejected.mkdir(exist_ok=True)
+    with contextlib.suppress(OSError):
+        p.replace(rejected / p.name)
+
+
+def take(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+class ProcessRuntime:
+    """Starts, watches and cleans up batch runs (evictions go through the agent's executor)."""
+
+    def __init__(self, writer: CgroupWriter, reader: CgroupReader, log_dir: Path | None = None) -> None:
+        self.writer = writer
+        self.reader = reader
+        self.log_dir = log_dir
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, job: JobRecord, reason: str) -> int:
+        """Create the run's cgroup and start its command inside it; returns the pid."""
+        assert job.cgroup is not None and job.workload_id is not None
+        self.writer.create(job.cgroup, reason)
+        files = self.writer.procs_files(job.cgroup)
+
+        def enter() -> None:
+            for f in files:
+                with open(f, "w") as fh:
+                    fh.write(str(os.getpid()))
+
+        out: Any = subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{job.workload_id.replace('/', '_')}.log", "ab")  # noqa: SIM115
+        try:
+            p = subprocess.Popen(
+                job.command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=enter,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            if out is not subprocess.DEVNULL:
+                out.close()
+        self._children[job.workload_id] = p
+        return p.pid
+
+    def finished(self, job: JobRecord) -> tuple[bool, int | None]:
+        """(done, exit code): the agent's own child is polled; otherwise the cgroup is read."""
+        assert job.workload_id is not None and job.cgroup is not None
+        child = self._children.get(job.workload_id)
+        if child is not None:
+            code = child.poll()
+            if code is None:
+                return False, None
+            del self._children[job.workload_id]
+            return self.empty(job.cgroup), code
+        return self.empty(job.cgroup), None
+
+    def empty(self, cgroup: str) -> bool:
+        return not self.reader.procs(cgroup)
+
+    def release(self, workload_id: str) -> int | None:
+        """Forget a run (its cgroup is empty); reap the child if it is ours. Returns its exit code."""
+        child = self._children.pop(workload_id, None)
+        if child is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return child.wait(1.0)
+        return None
+
+    def cleanup(self, cgroup: str, reason: str) -> None:
+        if self.reader.exists(cgroup):
+            self.writer.remove(cgroup, reason)

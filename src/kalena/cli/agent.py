@@ -1,0 +1,225 @@
+"""``kalena agent``: the Linux node agent (run, submit, validate, detect, status).
+
+``kalena agent run --runtime process --declaration node.yaml --state-dir /var/lib/kalena``
+runs the agent until SIGTERM/SIGINT (or ``--duration``). Exit codes: 0 stopped cleanly;
+2 bad input (a malformed declaration or submission: one line per problem on stderr,
+``FILE: KEY: MESSAGE (value: VALUE)``, and nothing changed); 3 the host cannot run the agent
+(no cgroup hierarchy).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kalena.agent.build import build_agent
+from kalena.agent.config import AgentConfig
+from kalena.agent.declaration import DeclarationError, load_declaration
+from kalena.agent.layout import LayoutError, detect
+from kalena.agent.loop import StepReport
+from kalena.agent.psi import PsiTrigger, PsiUnavailable, TriggerSpec
+from kalena.agent.runtime import SubmissionError, parse_submission, submit
+from kalena.agent.state import StateStore
+from kalena.core.enforcement import EscalationConfig, EvictionConfig
+
+app = typer.Typer(help="The Linux node agent: cgroups, PSI, throttling and eviction.", no_args_is_help=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_HOST = 3
+
+StateDir = Annotated[
+    Path, typer.Option("--state-dir", help="Folder of the state file, action log and inbox.")
+]
+
+
+def _fail(lines: list[str], code: int) -> typer.Exit:
+    for line in lines:
+        typer.echo(line, err=True)
+    return typer.Exit(code)
+
+
+@app.command()
+def run(
+    declaration: Annotated[Path, typer.Option("--declaration", help="The node declaration (YAML).")],
+    state_dir: StateDir,
+    runtime: Annotated[str, typer.Option("--runtime", help="Workload runtime: process.")] = "process",
+    cgroup_root: Annotated[
+        str, typer.Option("--cgroup-root", help="Kalena's root cgroup (relative: under the agent's own).")
+    ] = "kalena",
+    telemetry: Annotated[str, typer.Option("--telemetry", help="cgroupfs or cadvisor.")] = "cgroupfs",
+    cadvisor_url: Annotated[str, typer.Option("--cadvisor-url")] = "http://127.0.0.1:4194",
+    cadvisor_api: Annotated[str, typer.Option("--cadvisor-api", help="v2.0 or v1.3.")] = "v2.0",
+    sample_interval: Annotated[
+        float, typer.Option("--sample-interval", help="Seconds per mitigation round.")
+    ] = 1.0,
+    estimate_interval: Annotated[
+        float, typer.Option("--estimate-interval", help="Seconds per estimate.")
+    ] = 10.0,
+    grace_period: Annotated[
+        float, typer.Option("--grace-period", help="SIGTERM -> SIGKILL, seconds.")
+    ] = 30.0,
+    min_run_time: Annotated[float, typer.Option("--min-run-time", help="Batch exempt this long.")] = 120.0,
+    escalation_rounds: Annotated[int, typer.Option("--escalation-rounds")] = 3,
+    duration: Annotated[
+        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
+    ] = 0.0,
+    verbose: Annotated[bool, typer.Option("--verbose", help="One line per round with actions.")] = False,
+) -> None:
+    """Run the agent on this host until SIGTERM or SIGINT."""
+    if runtime != "process":
+        raise _fail(
+            [f"--runtime: only 'process' exists in this release (value: {runtime!r})"], EXIT_BAD_INPUT
+        )
+    if telemetry not in ("cgroupfs", "cadvisor"):
+        raise _fail([f"--telemetry: must be cgroupfs or cadvisor (value: {telemetry!r})"], EXIT_BAD_INPUT)
+    try:
+        decl = load_declaration(declaration)
+        config = AgentConfig(
+            sample_interval_s=sample_interval,
+            estimate_interval_s=estimate_interval,
+            eviction=EvictionConfig(
+                min_run_time_s=min_run_time, grace_period_s=grace_period, acute_grace_period_s=0.0
+            ),
+            escalation=EscalationConfig(rounds=escalation_rounds),
+        )
+    except DeclarationError as e:
+        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+    except ValueError as e:
+        raise _fail([str(e)], EXIT_BAD_INPUT) from None
+    try:
+        agent = build_agent(
+            decl,
+            state_dir,
+            config=config,
+            cgroup_root=cgroup_root,
+            cadvisor_url=cadvisor_url if telemetry == "cadvisor" else None,
+            cadvisor_api=cadvisor_api,
+            declaration_path=declaration,
+        )
+    except (LayoutError, OSError) as e:
+        raise _fail([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
+    stop = {"now": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    end = time.monotonic() + duration if duration > 0 else None
+    agent.start()
+    typer.echo(f"kalena agent: node {decl.node.name}, {agent.tree.layout.describe()}", err=True)
+    for line in agent.sources.report()["psi"]:
+        typer.echo(f"  psi {line}", err=True)
+
+    def on_step(rep: StepReport) -> None:
+        acts = [f"evict {w}" for w in rep.evicted] + [f"admit {w}" for w in rep.admitted]
+        if verbose and (acts or rep.events):
+            typer.echo(f"{rep.time:.3f} events={len(rep.events)} {' '.join(acts)}", err=True)
+
+    try:
+        agent.run(
+            should_stop=lambda: stop["now"] or (end is not None and time.monotonic() >= end), on_step=on_step
+        )
+    finally:
+        agent.shutdown()
+        agent.log.close()
+
+
+@app.command("submit")
+def submit_cmd(
+    state_dir: StateDir,
+    name: Annotated[str, typer.Option("--name", help="Job name (letters, digits, . _ -).")],
+    command: Annotated[list[str], typer.Argument(help="The command, after --.")],
+    priority: Annotated[int, typer.Option("--priority")] = 0,
+    request: Annotated[
+        list[str] | None, typer.Option("--request", help="DIM=QUANTITY, e.g. ram=256Mi.")
+    ] = None,
+    limit: Annotated[list[str] | None, typer.Option("--limit", help="DIM=QUANTITY.")] = None,
+    slack_memory: Annotated[
+        bool, typer.Option("--slack-memory", help="May grow past its memory request.")
+    ] = False,
+) -> None:
+    """Queue a batch command on this node's agent (it runs in its own cgroup when it fits)."""
+
+    def pairs(items: list[str] | None, key: str) -> dict[str, str]:
+        out = {}
+        for item in items or []:
+            if "=" not in item:
+                raise _fail([f"--{key}: expected DIM=QUANTITY (value: {item!r})"], EXIT_BAD_INPUT)
+            k, v = item.split("=", 1)
+            out[k.strip()] = v.strip()
+        return out
+
+    data = {
+        "name": name,
+        "command": command,
+        "priority": priority,
+        "requests": pairs(request, "request"),
+        "limits": pairs(limit, "limit") if limit else None,
+        "slack_memory": slack_memory,
+    }
+    try:
+        sub = parse_submission(data, "<command line>")
+    except SubmissionError as e:
+        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+    path = submit(state_dir / "inbox", sub)
+    typer.echo(str(path))
+
+
+@app.command()
+def validate(declaration: Annotated[Path, typer.Argument(help="The node declaration (YAML).")]) -> None:
+    """Check a node declaration; print every problem with file, key and value."""
+    try:
+        decl = load_declaration(declaration)
+    except DeclarationError as e:
+        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+    cap = decl.capacity()
+    typer.echo(
+        f"{declaration}: node {decl.node.name}: {len(decl.production)} production, "
+        f"{len(decl.daemonsets)} DaemonSet-class workloads; capacity after DaemonSets: {cap}"
+    )
+
+
+@app.command("detect")
+def detect_cmd() -> None:
+    """Show the cgroup layout and which PSI trigger window this process gets."""
+    try:
+        layout = detect()
+    except (LayoutError, OSError) as e:
+        raise _fail([f"no cgroup hierarchy: {e}"], EXIT_HOST) from None
+    typer.echo(layout.describe())
+    spec = TriggerSpec(Path("/proc/pressure/memory"), "some", 0.1, "ram", False, "system:memory:some")
+    try:
+        t = PsiTrigger.open(spec)
+        typer.echo(f"psi: {t.describe()}")
+        t.close()
+    except PsiUnavailable as e:
+        typer.echo(f"psi: no trigger ({e}); the agent would poll avg10 (fallback)")
+
+
+@app.command()
+def status(state_dir: StateDir) -> None:
+    """Print the agent's state file (jobs, evictions in flight) as JSON."""
+    try:
+        state = StateStore(state_dir / "state.json").load()
+    except (OSError, ValueError) as e:
+        raise _fail([f"{state_dir / 'state.json'}: unreadable state file: {e}"], EXIT_BAD_INPUT) from None
+    if state is None:
+        raise _fail([f"{state_dir / 'state.json'}: no state file (has the agent run here?)"], EXIT_BAD_INPUT)
+    out = {
+        "node": state.node,
+        "jobs": {
+            n: {"status": j.status, "run": j.run, "why_pending": j.why_pending} for n, j in state.jobs.items()
+        },
+        "evictions_in_flight": [e.id for e in state.in_flight()],
+        "evictions": len(state.evictions),
+        "slack_ineligible_until": state.slack_ineligible_until,
+    }
+    json.dump(out, sys.stdout, indent=2, sort_keys=True)
+    typer.echo()

@@ -1,0 +1,341 @@
+"""The agent loop on a fake cgroup host (a temporary folder) with a fake clock and fake telemetry.
+
+The decisions are the core's; these tests check the shell's part: what is sampled, what is held
+on missing data, that each eviction happens once, escalation and admission, the run loop's
+cadence, and that a bad declaration reload changes nothing. Batch runs are real ``sleep``
+processes (their cgroup.procs is a plain file here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from kalena.agent.actionlog import ActionLog
+from kalena.agent.cgroupfs import FsCgroupReader
+from kalena.agent.config import AgentConfig
+from kalena.agent.declaration import parse_declaration
+from kalena.agent.layout import CgroupTree
+from kalena.agent.loop import Agent
+from kalena.agent.notify import AgentEvent, Notifier
+from kalena.agent.runtime import ProcessRuntime, Submission, submit
+from kalena.agent.state import StateStore
+from kalena.agent.telemetry import Counters
+from kalena.agent.writer import CgroupWriter, ManagedScope
+from kalena.core.enforcement import EscalationConfig, EvictionConfig
+from kalena.core.resources import DIMS
+
+MIB = 2**20
+SLEEP = (sys.executable, "-c", "import time; time.sleep(60)")
+
+
+class Clock:
+    def __init__(self, t: float = 10_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class LiveReader(FsCgroupReader):
+    """cgroup.procs here is a plain file: list only the pids that are still alive."""
+
+    def procs(self, name: str) -> tuple[int, ...]:
+        out = []
+        for pid in super().procs(name):
+            try:
+                os.kill(pid, 0)
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split(") ", 1)[1].startswith("Z"):
+                        continue  # a zombie is not running
+            except (ProcessLookupError, FileNotFoundError):
+                continue
+            out.append(pid)
+        return tuple(out)
+
+
+class Telemetry:
+    """Counters set by the test: ``usage[wid] = {"cpu": cores, "ram": GiB}`` accumulated per call."""
+
+    name = "fake"
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.usage: dict[str, dict[str, float]] = {}
+        self._cpu_ns: dict[str, float] = {}
+        self._last: float | None = None
+        self.calls = 0
+
+    def counters(self, cgroups, now):
+        self.calls += 1
+        dt = 0.0 if self._last is None else now - self._last
+        self._last = now
+        out = {}
+        for wid in cgroups:
+            u = self.usage.get(wid)
+            if u is None:
+                continue  # missing telemetry
+            self._cpu_ns[wid] = self._cpu_ns.get(wid, 0.0) + u.get("cpu", 0.0) * dt * 1e9
+            out[wid] = Counters(now, int(self._cpu_ns[wid]), int(u.get("ram", 0.0) * 2**30), 0, 0, 0)
+        return out
+
+
+DECL = {
+    "apiVersion": "kalena.naughtian.io/v1alpha1",
+    "kind": "NodeDeclaration",
+    "node": {"name": "n1", "capacity": {"cpu": 4, "ram": "1Gi"}},
+    "workloads": [
+        {
+            "id": "prod/web",
+            "cgroup": "prod/web",
+            "priority": 100,
+            "requests": {"cpu": 1, "ram": "256Mi"},
+            "limits": {"cpu": 2, "ram": "900Mi"},
+        },
+        {
+            "id": "ds/logger",
+            "cgroup": "ds/logger",
+            "daemonset": True,
+            "requests": {"cpu": "100m", "ram": "64Mi"},
+        },
+    ],
+}
+
+
+class Harness:
+    def __init__(
+        self, tmp_path: Path, host, config: AgentConfig | None = None, decl: dict | None = None
+    ) -> None:
+        self.clock = Clock()
+        self.tree = CgroupTree(host.layout(), "kalena")
+        self.state_dir = tmp_path / "state"
+        self.decl_path = tmp_path / "node.yaml"
+        self.decl_path.write_text(yaml.safe_dump(decl or DECL))
+        self.config = config or AgentConfig(
+            eviction=EvictionConfig(min_run_time_s=0, grace_period_s=5, acute_grace_period_s=0),
+            escalation=EscalationConfig(rounds=1000, persist_s=1e6),
+        )
+        self.telemetry = Telemetry(self.clock)
+        self.make()
+
+    def make(self) -> Agent:
+        reader = LiveReader(self.tree, proc_pressure=self.state_dir / "no-psi")
+        log = ActionLog(self.state_dir / "actions.jsonl")
+        writer = CgroupWriter(self.tree, ManagedScope(), clock=self.clock)
+        decl = parse_declaration(yaml.safe_load(self.decl_path.read_text()), str(self.decl_path))
+        self.agent = Agent(
+            decl,
+            self.config,
+            tree=self.tree,
+            reader=reader,
+            writer=writer,
+            telemetry=self.telemetry,
+            notifier=Notifier(self.clock),
+            store=StateStore(self.state_dir / "state.json"),
+            log=log,
+            runtime=ProcessRuntime(writer, reader),
+            inbox=self.state_dir / "inbox",
+            clock=self.clock,
+            declaration_path=self.decl_path,
+        )
+        return self.agent
+
+    def submit(self, name: str, priority: int, ram_mib: float = 128, cpu: float = 0.5) -> None:
+        submit(
+            self.state_dir / "inbox",
+            Submission(name, SLEEP, {"cpu": cpu, "ram": ram_mib / 1024}, None, priority),
+        )
+
+    def step(self, dt: float = 1.0, events=()):
+        self.clock.t += dt
+        return self.agent.step(events)
+
+    def log(self, kind: str) -> list[dict]:
+        return [r for r in self.agent.log.memory if r["kind"] == kind]
+
+    def kill_all(self) -> None:
+        for job in self.agent.state.jobs.values():
+            if job.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(job.pid, signal.SIGKILL)
+        for rec in self.agent.state.evictions:
+            for pid in rec.pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def harness(tmp_path, fake_host):
+    made: list[Harness] = []
+
+    def build(**kw) -> Harness:
+        h = Harness(tmp_path, fake_host("hybrid"), **kw)
+        made.append(h)
+        return h
+
+    yield build
+    for h in made:
+        h.kill_all()
+
+
+def test_admission_is_the_ledger_and_pending_says_why(harness):
+    h = harness()
+    h.agent.start()
+    h.submit("a", 1, ram_mib=300)
+    h.submit("b", 2, ram_mib=300)
+    h.submit("c", 3, ram_mib=300)  # 256 (prod) + 3 x 300 > 1024 - 64 (the DaemonSet)
+    r = h.step()
+    assert r.admitted == ("batch/a.1", "batch/b.1")
+    assert h.agent.state.jobs["c"].status == "queued"
+    assert "Insufficient ram" in h.agent.state.jobs["c"].why_pending
+    assert [p["job"] for p in h.log("pending")] == ["c"]
+    h.step()
+    assert len(h.log("pending")) == 1  # the same reason is logged once
+
+
+def test_missing_telemetry_holds_reservations(harness):
+    h = harness(config=AgentConfig(estimate_interval_s=10, eviction=EvictionConfig(min_run_time_s=0)))
+    h.agent.start()
+    rows = h.agent.ledger.rows()
+    before = h.agent.ledger.reservation_sum.copy()
+    # no usage for anybody for a minute of estimation ticks
+    for _ in range(60):
+        h.step()
+    assert np.array_equal(h.agent.ledger.reservation_sum, before)
+    assert h.telemetry.calls == 60 and len(rows.rows) == 1
+
+
+def test_estimation_moves_reservations_from_usage(harness):
+    h = harness(config=AgentConfig(estimate_interval_s=10, eviction=EvictionConfig(min_run_time_s=0)))
+    h.agent.start()
+    h.telemetry.usage["prod/web"] = {"cpu": 1.9, "ram": 0.45}
+    for _ in range(400):  # past the 300 s startup grace, then a rise is immediate
+        h.step()
+    r = h.agent.ledger.reservation_of("prod/web")
+    assert r[DIMS.index("ram")] == pytest.approx(1.15 * 0.45)  # m * u: a rise is immediate
+    assert r[DIMS.index("cpu")] == pytest.approx(2.0)  # 1.15 * 1.9 capped at the 2-core limit
+    assert h.agent.state.reservations["prod/web"][DIMS.index("ram")] == pytest.approx(1.15 * 0.45)
+
+
+def test_each_victim_is_evicted_once_and_requeued_after_its_cooldown(harness):
+    h = harness()
+    h.agent.start()
+    h.submit("low", 1, ram_mib=200)
+    h.submit("high", 5, ram_mib=200)
+    h.step()
+    pids = {j.name: j.pid for j in h.agent.state.jobs.values()}
+    h.telemetry.usage.update({"batch/low.1": {"ram": 0.15}, "batch/high.1": {"ram": 0.15}})
+    h.telemetry.usage["prod/web"] = {"ram": 0.6}  # 0.6 + 2 x 0.195 > 0.9375 GiB after the DaemonSet
+    r = h.step()
+    assert r.evicted == ("batch/low.1",)
+    assert [v.workload for v in r.eviction_plan.victims] == ["batch/low.1"]
+    evict = h.log("evict")
+    assert len(evict) == 1 and evict[0]["why"]["cause"] == "reservation-ledger-breach"
+    assert evict[0]["victim_order"] == ["batch/low.1"] and evict[0]["trigger"][0]["kind"] == "sample"
+    # the SIGTERM killed the sleep; the next rounds finish the eviction and never start another
+    for _ in range(3):
+        h.step()
+    assert len(h.log("evict")) == 1 and len(h.log("evicted")) == 1
+    low = h.agent.state.jobs["low"]
+    assert low.status == "queued" and low.not_before == pytest.approx(evict[0]["time"] + 600)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids["low"], 0)
+    os.kill(pids["high"], 0)  # still running
+
+
+def test_an_eviction_in_flight_counts_as_released(harness):
+    h = harness()
+    h.agent.start()
+    h.submit("low", 1, ram_mib=200)
+    h.submit("high", 5, ram_mib=200)
+    h.step()
+    h.telemetry.usage.update({"batch/low.1": {"ram": 0.15}, "batch/high.1": {"ram": 0.15}})
+    h.telemetry.usage["prod/web"] = {"ram": 0.6}
+    os.kill(h.agent.state.jobs["low"].pid, signal.SIGSTOP)  # stopped: SIGTERM waits, it is slow to die
+    r1 = h.step()
+    r2 = h.step()
+    assert r1.evicted == ("batch/low.1",) and r2.evicted == ()  # no second victim during the grace
+    os.kill(h.agent.state.evictions[0].pids[0], signal.SIGCONT)
+
+
+def test_escalation_drains_batch_and_makes_the_node_slack_ineligible(harness):
+    cfg = AgentConfig(
+        eviction=EvictionConfig(min_run_time_s=1e6, grace_period_s=5),  # eviction spares young batch
+        escalation=EscalationConfig(rounds=3, persist_s=30),
+    )
+    h = harness(config=cfg)
+    h.agent.start()
+    h.submit("a", 1, ram_mib=200)
+    h.step()
+    h.telemetry.usage["batch/a.1"] = {"ram": 0.1}
+    h.telemetry.usage["prod/web"] = {"ram": 0.8}  # a ledger breach that eviction may not relieve
+    reports = [h.step() for _ in range(5)]
+    assert [r.escalation.escalate for r in reports].count(True) == 1
+    esc = h.log("escalate")[0]
+    assert esc["drain"] == ["batch/a.1"] and esc["reason"]["code"] == "mitigation-not-converging"
+    h.submit("b", 1, ram_mib=10)
+    h.step()
+    assert "slack-ineligible" in h.agent.state.jobs["b"].why_pending
+
+
+def test_run_steps_on_ticks_and_on_events(harness):
+    h = harness()
+    h.agent.start()
+    waits: list[float] = []
+    script = [[], [AgentEvent("psi", "x", "cpu", False, 0, 0)], [], []]
+
+    def wait(timeout: float):
+        waits.append(timeout)
+        h.clock.t += 0.25 if script[len(waits) - 1] else timeout
+        return script[len(waits) - 1]
+
+    steps = []
+    h.agent.run(wait=wait, should_stop=lambda: len(waits) >= len(script), on_step=steps.append)
+    # tick at t0, an event 0.25 s later (stepped at once), then the tick due 1 s after t0
+    assert [len(s.events) for s in steps] == [0, 1, 0, 0]
+    assert waits[0] == 0.0 and waits[2] == pytest.approx(0.75)
+
+
+def test_a_bad_declaration_reload_changes_nothing(harness):
+    h = harness()
+    h.agent.start()
+    ledger_before = h.agent.ledger
+    h.decl_path.write_text("node: {name: n1}\nworkloads: [{id: prod/web, requests: {ram: lots}}]\n")
+    os.utime(h.decl_path, (1, 1))
+    h.step()
+    assert h.agent.ledger is ledger_before
+    rec = h.log("declaration")[-1]
+    assert rec["accepted"] is False and any("apiVersion" in p for p in rec["problems"])
+    # a good change is applied whole
+    decl = dict(
+        DECL,
+        workloads=[*DECL["workloads"], {"id": "prod/db", "cgroup": "prod/db", "requests": {"ram": "64Mi"}}],
+    )
+    h.decl_path.write_text(yaml.safe_dump(decl))
+    os.utime(h.decl_path, (2, 2))
+    h.step()
+    assert "prod/db" in h.agent.ledger.production_ids()
+
+
+def test_restart_resumes_from_the_state_file(harness):
+    h = harness()
+    h.agent.start()
+    h.submit("a", 1)
+    h.step()
+    pid = h.agent.state.jobs["a"].pid
+    h.agent.state.production_originals["prod/web"] = float("inf")  # as if a cap were in force
+    h.agent.store.save(h.agent.state)
+    h.make()  # a new agent process: same files, nothing in memory
+    h.agent.start()
+    assert h.agent.state.jobs["a"].status == "running" and h.agent.state.jobs["a"].pid == pid
+    assert "batch/a.1" in h.agent.ledger.batch_ids()
+    assert h.agent.state.production_originals == {}  # production restored at start
+    starts = [r for r in h.agent.log.memory if r["kind"] == "start"]
+    assert starts[-1]["resumed"] is True
