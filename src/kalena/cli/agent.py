@@ -223,3 +223,7 @@ def status(state_dir: StateDir) -> None:
     }
     json.dump(out, sys.stdout, indent=2, sort_keys=True)
     typer.echo()
+
+
+if __name__ == "__main__":  # ``python -m kalena.cli.agent``: the agent without the other sub-commands
+    app()
