@@ -12,7 +12,7 @@ import typer
 
 from kalena import __version__
 from kalena.cli import agent as agent_cli
-from kalena.cli import ir
+from kalena.cli import deployable, ir
 
 app = typer.Typer(
     name="kalena",
@@ -23,6 +23,7 @@ app = typer.Typer(
 )
 app.add_typer(ir.app, name="ir")
 app.add_typer(agent_cli.app, name="agent")
+app.command("deployable")(deployable.command)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,257 @@
+"""Independent witness checker: replays deploy/delete steps against Definition 1 (or kube-scheduler).
+
+This module deliberately shares no code with the search: it imports only the model and the
+answer types, and carries its own small implementation of every check (selectors, node
+affinity, taints, resources, affinity with the bootstrap exception, anti-affinity, topology
+spread). A test asserts it imports nothing else from the package. A witness is printed only
+after :func:`replay` accepts it, so a bug in the search shows up as a refused witness, never
+as a wrong answer.
+
+Replay: start from the instance's initial configuration; a ``delete`` needs a running pod of
+that type on that node; a ``deploy`` needs ``Hard(t, n, sigma)``; at the end every target
+coordinate must hold at least one pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kalena.core.deployability.answer import Op, Step
+from kalena.core.deployability.model import Instance, Semantics
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """``ok`` or the first refused step (``step == len(steps)`` means the target does not hold)."""
+
+    ok: bool
+    step: int = -1
+    message: str = ""
+
+
+def _expr_ok(e, labels: Mapping[str, str]) -> bool:
+    has = e.key in labels
+    val = labels.get(e.key)
+    match e.operator:
+        case "In":
+            return has and val in e.values
+        case "NotIn":
+            return (not has) or val not in e.values
+        case "Exists":
+            return has
+        case "DoesNotExist":
+            return not has
+        case "Gt" | "Lt":
+            if not has:
+                return False
+            try:
+                lhs = int(val)  # type: ignore[arg-type]
+            except ValueError:
+                return False
+            rhs = int(e.values[0])
+            return lhs > rhs if e.operator == "Gt" else lhs < rhs
+    raise AssertionError(e.operator)
+
+
+def _selects(sel, labels: Mapping[str, str]) -> bool:
+    if sel is None:  # a null selector selects nothing
+        return False
+    for k, v in sel.match_labels.items():
+        if k not in labels or labels[k] != v:
+            return False
+    return all(_expr_ok(e, labels) for e in sel.match_expressions)
+
+
+class _World:
+    """The instance flattened to dicts, plus the running configuration."""
+
+    def __init__(self, instance: Instance, semantics: Semantics) -> None:
+        self.paper = semantics is Semantics.PAPER
+        self.pods = {t.id: t for t in instance.types}
+        self.nodes = {n.name: n for n in instance.nodes}
+        self.inst = instance
+        self.running: dict[tuple[str, str], int] = {k: v for k, v in instance.initial.items() if v > 0}
+
+    # --- static -------------------------------------------------------------------------------
+    def _static(self, t, n) -> bool:
+        return _node_affinity_only(t, n) and self._tolerated(t, n)
+
+    @staticmethod
+    def _tolerated(t, n) -> bool:
+        taints = [(x.key, x.value, x.effect) for x in n.taints]
+        if n.unschedulable:
+            taints.append(("node.kubernetes.io/unschedulable", "", "NoSchedule"))
+        for key, value, effect in taints:
+            if effect not in ("NoSchedule", "NoExecute"):
+                continue
+            covered = False
+            for tol in t.tolerations:
+                if tol.effect not in ("", effect):
+                    continue
+                if tol.key == "":
+                    covered = tol.operator == "Exists"
+                elif tol.key == key:
+                    covered = tol.operator == "Exists" or tol.value == value
+                if covered:
+                    break
+            if not covered:
+                return False
+        return True
+
+    # --- inter-pod ----------------------------------------------------------------------------
+    def _in_scope(self, term, owner, pod) -> bool:
+        if not _selects(term.selector, pod.labels):
+            return False
+        if self.paper:
+            return True
+        if not term.namespaces and term.namespace_selector is None:
+            return pod.namespace == owner.namespace
+        if pod.namespace in term.namespaces:
+            return True
+        return _selects(term.namespace_selector, self.inst.ns_labels(pod.namespace))
+
+    @staticmethod
+    def _near(key: str, a, b) -> bool:
+        return key in a.labels and key in b.labels and a.labels[key] == b.labels[key]
+
+    def _live(self) -> Iterable[tuple[object, object, int]]:
+        for (tid, nn), c in self.running.items():
+            if c > 0:
+                yield self.pods[tid], self.nodes[nn], c
+
+    def _affinity_ok(self, t, n) -> bool:
+        live = list(self._live())
+        if self.paper:
+            for term in t.affinity:
+                hit = any(
+                    self._in_scope(term, t, u) and self._near(term.topology_key, n, m) for u, m, _ in live
+                )
+                if hit:
+                    continue
+                anywhere = any(self._in_scope(term, t, u) for u, _, _ in live)
+                if not (self._in_scope(term, t, t) and not anywhere):
+                    return False
+            for term in t.anti_affinity:
+                if any(
+                    self._in_scope(term, t, u) and self._near(term.topology_key, n, m) for u, m, _ in live
+                ):
+                    return False
+            return True
+        # kube-scheduler
+        terms = t.affinity
+        if terms:
+            if any(term.topology_key not in n.labels for term in terms):
+                return False
+            full = [(u, m) for u, m, _ in live if all(self._in_scope(term, t, u) for term in terms)]
+            satisfied = all(any(self._near(term.topology_key, n, m) for _, m in full) for term in terms)
+            if not satisfied:
+                counted = any(any(term.topology_key in m.labels for term in terms) for _, m in full)
+                self_ok = all(self._in_scope(term, t, t) for term in terms)
+                if counted or not self_ok:
+                    return False
+        for term in t.anti_affinity:
+            if any(self._in_scope(term, t, u) and self._near(term.topology_key, n, m) for u, m, _ in live):
+                return False
+        for u, m, _ in live:
+            for term in u.anti_affinity:
+                if self._in_scope(term, u, t) and self._near(term.topology_key, n, m):
+                    return False
+        return True
+
+    # --- resources and spread -----------------------------------------------------------------
+    def _fits(self, t, n) -> bool:
+        for dim, cap in n.allocatable.items():
+            want = t.requests.get(dim, 0)
+            if want == 0:
+                continue
+            used = sum(c * u.requests.get(dim, 0) for u, m, c in self._live() if m.name == n.name)
+            if used + want > cap:
+                return False
+        return True
+
+    def _spread_ok(self, t, n) -> bool:
+        keys = [c.topology_key for c in t.spread]
+        for c in t.spread:
+            key = c.topology_key
+            if key not in n.labels:
+                return False
+            members = []
+            for m in self.inst.nodes:
+                if any(k not in m.labels for k in keys):
+                    continue
+                if c.node_affinity_policy == "Honor" and not _node_affinity_only(t, m):
+                    continue
+                if c.node_taints_policy == "Honor" and not self._tolerated(t, m):
+                    continue
+                members.append(m)
+            if self.paper and n.name not in {m.name for m in members}:
+                return False
+            tally = {m.labels[key]: 0 for m in members}
+            member_names = {m.name for m in members}
+            for u, m, cnt in self._live():
+                if m.name not in member_names:
+                    continue
+                if not self.paper and u.namespace != t.namespace:
+                    continue
+                if _selects(c.selector, u.labels):
+                    tally[m.labels[key]] += cnt
+            floor = min(tally.values()) if len(tally) >= c.min_domains else 0
+            mine = tally.get(n.labels[key], 0) + (1 if _selects(c.selector, t.labels) else 0)
+            if mine - floor > c.max_skew:
+                return False
+        return True
+
+    def feasible(self, type_id: str, node: str) -> bool:
+        t, n = self.pods[type_id], self.nodes[node]
+        return self._fits(t, n) and self._static(t, n) and self._affinity_ok(t, n) and self._spread_ok(t, n)
+
+
+def _node_affinity_only(t, n) -> bool:
+    for k, v in t.node_selector.items():
+        if n.labels.get(k) != v:
+            return False
+    if t.node_affinity is None:
+        return True
+    for term in t.node_affinity:
+        if not term.match_expressions and not term.match_fields:
+            continue
+        if all(_expr_ok(e, n.labels) for e in term.match_expressions) and all(
+            _expr_ok(f, {"metadata.name": n.name}) for f in term.match_fields
+        ):
+            return True
+    return False
+
+
+def feasible(
+    instance: Instance, semantics: Semantics, config: Mapping[tuple[str, str], int], type_id: str, node: str
+) -> bool:
+    """Hard(t, n, config), computed by the checker's own code (used by the tests' brute force)."""
+    w = _World(instance, semantics)
+    w.running = {k: v for k, v in config.items() if v > 0}
+    return w.feasible(type_id, node)
+
+
+def replay(
+    instance: Instance, semantics: Semantics, steps: Sequence[Step], targets: Sequence[tuple[str, str]]
+) -> Replay:
+    """Replay ``steps`` from the initial configuration and check that every target holds at the end."""
+    w = _World(instance, semantics)
+    for i, s in enumerate(steps):
+        if s.pod_type not in w.pods or s.node not in w.nodes:
+            return Replay(False, i, f"step {i + 1} names an unknown pod type or node")
+        key = (s.pod_type, s.node)
+        if s.op is Op.DELETE:
+            if w.running.get(key, 0) < 1:
+                return Replay(False, i, f"step {i + 1}: no {s.pod_type} runs on {s.node}")
+            w.running[key] -= 1
+            if w.running[key] == 0:
+                del w.running[key]
+        else:
+            if not w.feasible(s.pod_type, s.node):
+                return Replay(False, i, f"step {i + 1}: {s.pod_type} may not be deployed on {s.node}")
+            w.running[key] = w.running.get(key, 0) + 1
+    for tid, node in targets:
+        if w.running.get((tid, node), 0) < 1:
+            return Replay(False, len(steps), f"after the last step no {tid} runs on {node}")
+    return Replay(True)

@@ -1,0 +1,146 @@
+"""Small typed readers for Kubernetes object fields: every bad value becomes a logged problem.
+
+Each reader takes the raw value, its location (a tuple of keys and indexes, rendered as
+``spec.containers[0].resources.requests.cpu``) and the file's :class:`ProblemLog`, and returns
+a clean value or ``None`` after logging ``FILE: KEY.PATH: MESSAGE (value: VALUE)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from kalena.core.deployability.model import LabelSelector, Requirement, frozen_map
+from kalena.core.quantity import QuantityError, parse_quantity
+from kalena.ir.errors import ProblemLog
+
+Loc = tuple[str | int, ...]
+
+#: Dimensions counted in millis (Kubernetes ``MilliValue``); every other one in whole units.
+MILLI_DIMS = frozenset({"cpu"})
+
+
+def mapping(raw: Any, loc: Loc, log: ProblemLog, *, optional: bool = True) -> dict[str, Any] | None:
+    if raw is None:
+        if not optional:
+            log.add(loc, "is required")
+        return None
+    if not isinstance(raw, dict):
+        log.add(loc, "must be a mapping", raw)
+        return None
+    return raw
+
+
+def seq(raw: Any, loc: Loc, log: ProblemLog) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        log.add(loc, "must be a list", raw)
+        return []
+    return raw
+
+
+def string(raw: Any, loc: Loc, log: ProblemLog, *, required: bool = False, default: str = "") -> str | None:
+    if raw is None:
+        if required:
+            log.add(loc, "is required")
+            return None
+        return default
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        log.add(loc, "must be a string", raw)
+        return None
+    return str(raw)
+
+
+def string_map(raw: Any, loc: Loc, log: ProblemLog) -> dict[str, str]:
+    m = mapping(raw, loc, log)
+    out: dict[str, str] = {}
+    for k, v in (m or {}).items():
+        if not isinstance(k, str):
+            log.add((*loc, str(k)), "keys must be strings", k)
+            continue
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            log.add((*loc, k), "must be a string", v)
+            continue
+        out[k] = str(v)
+    return out
+
+
+def integer(raw: Any, loc: Loc, log: ProblemLog, *, minimum: int, default: int | None = None) -> int | None:
+    if raw is None:
+        if default is None:
+            log.add(loc, "is required")
+        return default
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        log.add(loc, "must be an integer", raw)
+        return None
+    if raw < minimum:
+        log.add(loc, f"must be at least {minimum}", raw)
+        return None
+    return raw
+
+
+def units(dim: str, raw: Any, loc: Loc, log: ProblemLog) -> int | None:
+    """A Kubernetes quantity as an integer: millicores for cpu, else base units, rounded up.
+
+    ``parse_quantity(raw, "cpu")`` returns the quantity's own value (cpu is not rescaled), so
+    ``512Mi`` is 536870912 bytes and ``250m`` is 0.25. Rounding up matches ``Quantity.Value()``
+    and ``MilliValue()``; a value within 1e-9 (relative) of an integer is that integer, so that
+    ``0.1`` cpu is exactly 100 millicores despite binary floating point.
+    """
+    try:
+        value = parse_quantity(raw, "cpu")
+    except QuantityError:
+        log.add(loc, f"is not a valid Kubernetes quantity for {dim}", raw)
+        return None
+    scaled = value * 1000 if dim in MILLI_DIMS else value
+    nearest = round(scaled)
+    if abs(scaled - nearest) <= 1e-9 * max(1.0, abs(scaled)):
+        return int(nearest)
+    return math.ceil(scaled)
+
+
+def requirement(raw: Any, loc: Loc, log: ProblemLog, *, node: bool) -> Requirement | None:
+    m = mapping(raw, loc, log, optional=False)
+    if m is None:
+        return None
+    key = string(m.get("key"), (*loc, "key"), log, required=True)
+    op = string(m.get("operator"), (*loc, "operator"), log, required=True)
+    values = [
+        string(v, (*loc, "values", i), log) for i, v in enumerate(seq(m.get("values"), (*loc, "values"), log))
+    ]
+    if key is None or op is None or any(v is None for v in values):
+        return None
+    allowed = (
+        ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+        if node
+        else ("In", "NotIn", "Exists", "DoesNotExist")
+    )
+    if op not in allowed:
+        log.add((*loc, "operator"), f"must be one of {', '.join(allowed)}", op)
+        return None
+    return checked(Requirement, loc, log, key, op, tuple(v for v in values if v is not None))
+
+
+def label_selector(raw: Any, loc: Loc, log: ProblemLog) -> LabelSelector | None:
+    """A non-null selector (``{}`` selects everything); callers map an absent one to None."""
+    m = mapping(raw, loc, log, optional=False)
+    if m is None:
+        return None
+    labels = string_map(m.get("matchLabels"), (*loc, "matchLabels"), log)
+    exprs = []
+    for i, e in enumerate(seq(m.get("matchExpressions"), (*loc, "matchExpressions"), log)):
+        r = requirement(e, (*loc, "matchExpressions", i), log, node=False)
+        if r is not None:
+            exprs.append(r)
+    return LabelSelector(frozen_map(labels), tuple(exprs))
+
+
+def checked(build: Callable[..., Any], loc: Loc, log: ProblemLog, *args: Any, **kwargs: Any) -> Any:
+    """``build(*args, **kwargs)``; a model object's own validation error becomes a problem at ``loc``."""
+    try:
+        return build(*args, **kwargs)
+    except ValueError as e:
+        log.add(loc, str(e))
+        return None

@@ -1,0 +1,340 @@
+"""Read Kubernetes YAML into a deployability :class:`Instance`.
+
+* ``Node``: name, labels (``kubernetes.io/hostname`` added when absent, as kubelet does),
+  ``spec.taints``, ``spec.unschedulable``, ``status.allocatable`` (else ``status.capacity``).
+  A node without either is unbounded on every dimension; a node with one is unbounded on the
+  standard dimensions it omits (cpu, memory, ephemeral-storage, pods: a hand-written node rarely
+  lists them all, a real one always does) and has 0 of any other resource a pod requests
+  (extended resources, hugepages), as the scheduler treats a missing extended resource.
+* Pod types: ``Pod`` objects and the pod templates of ``Deployment``, ``StatefulSet``,
+  ``DaemonSet``, ``Job``, ``ReplicaSet``, ``ReplicationController`` and ``CronJob``; id
+  ``namespace/name`` (namespace ``default`` when absent).
+* Initial configuration: every ``Pod`` with ``spec.nodeName``. It runs as an instance of the type
+  named by annotation ``kalena.naughtian.io/pod-type``, else of its controller's type (a
+  StatefulSet, DaemonSet, Job or ReplicaSet owner; a ReplicaSet ``<deployment>-<pod-template-hash>``
+  maps to its Deployment), else of its own type.
+* ``Namespace`` objects give namespace labels (for ``namespaceSelector``); ``List`` items are read;
+  every other kind (Service, ConfigMap, ...) is ignored.
+
+Every problem is collected with file, key path and value, and all are raised together as one
+:class:`~kalena.ir.errors.IRError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kalena.core.deployability.model import HOSTNAME, Instance, Node, PodType, Taint, frozen_map
+from kalena.ir.errors import DOCUMENT, IRError, Problem, ProblemLog, key_path
+from kalena.manifests import fields as f
+from kalena.manifests.fields import Loc
+from kalena.manifests.podspec import pod_spec
+
+POD_TYPE_ANNOTATION = "kalena.naughtian.io/pod-type"
+WORKLOAD_KINDS = (
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "Job",
+    "ReplicaSet",
+    "ReplicationController",
+    "CronJob",
+)
+STANDARD_DIMS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
+_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass
+class _Placed:
+    """A pod with ``spec.nodeName``, resolved to a type once every file is read."""
+
+    file: str
+    loc: Loc
+    pod_id: str
+    namespace: str
+    node: str
+    annotation: str | None
+    owner: tuple[str, str] | None
+    template_hash: str | None
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.node_has_alloc: dict[str, bool] = {}
+        self.types: dict[str, PodType] = {}
+        self.type_src: dict[str, str] = {}
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.placed: list[_Placed] = []
+        self.problems: list[Problem] = []
+
+    # --- documents -----------------------------------------------------------------------------
+    def read_text(self, text: str, file: str) -> None:
+        log = ProblemLog(file)
+        try:
+            docs = list(yaml.load_all(text, Loader=_LOADER))
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            log.add(DOCUMENT, f"YAML syntax error{where}: {e.problem or e.context or 'invalid YAML'}")
+            self.problems.extend(log.problems)
+            return
+        except yaml.YAMLError as e:
+            log.add(DOCUMENT, f"YAML error: {e}")
+            self.problems.extend(log.problems)
+            return
+        docs = [d for d in docs if d is not None]
+        multi = len(docs) > 1
+        for i, doc in enumerate(docs):
+            self.document(doc, (f"documents[{i}]",) if multi else (), log)
+        self.problems.extend(log.problems)
+
+    def document(self, doc: Any, loc: Loc, log: ProblemLog) -> None:
+        m = f.mapping(doc, loc or (DOCUMENT,), log, optional=False)
+        if m is None:
+            return
+        kind = f.string(m.get("kind"), (*loc, "kind"), log, required=True)
+        if kind is None:
+            return
+        if kind == "List":
+            for j, item in enumerate(f.seq(m.get("items"), (*loc, "items"), log)):
+                self.document(item, (*loc, "items", j), log)
+        elif kind == "Node":
+            self.node(m, loc, log)
+        elif kind == "Namespace":
+            meta = f.mapping(m.get("metadata"), (*loc, "metadata"), log, optional=False) or {}
+            name = f.string(meta.get("name"), (*loc, "metadata", "name"), log, required=True)
+            if name:
+                self.namespaces[name] = f.string_map(meta.get("labels"), (*loc, "metadata", "labels"), log)
+        elif kind == "Pod":
+            self.pod_type(m, loc, log, kind, m.get("spec"), (*loc, "spec"), m.get("metadata"))
+        elif kind in WORKLOAD_KINDS:
+            self.workload(m, loc, log, kind)
+
+    def node(self, m: dict[str, Any], loc: Loc, log: ProblemLog) -> None:
+        meta = f.mapping(m.get("metadata"), (*loc, "metadata"), log, optional=False) or {}
+        name = f.string(meta.get("name"), (*loc, "metadata", "name"), log, required=True)
+        if not name:
+            return
+        labels = f.string_map(meta.get("labels"), (*loc, "metadata", "labels"), log)
+        labels.setdefault(HOSTNAME, name)
+        spec = f.mapping(m.get("spec"), (*loc, "spec"), log) or {}
+        taints = []
+        for i, t in enumerate(f.seq(spec.get("taints"), (*loc, "spec", "taints"), log)):
+            tl = (*loc, "spec", "taints", i)
+            tm = f.mapping(t, tl, log, optional=False) or {}
+            key = f.string(tm.get("key"), (*tl, "key"), log, required=True)
+            value = f.string(tm.get("value"), (*tl, "value"), log)
+            effect = f.string(tm.get("effect"), (*tl, "effect"), log, required=True)
+            if None not in (key, value, effect):
+                taint = f.checked(Taint, (*tl, "effect"), log, key, value, effect)
+                if taint is not None:
+                    taints.append(taint)
+        unsched = spec.get("unschedulable", False)
+        if not isinstance(unsched, bool):
+            log.add((*loc, "spec", "unschedulable"), "must be true or false", unsched)
+            unsched = False
+        status = f.mapping(m.get("status"), (*loc, "status"), log) or {}
+        part = "allocatable" if status.get("allocatable") is not None else "capacity"
+        block = f.mapping(status.get(part), (*loc, "status", part), log)
+        alloc: dict[str, int] = {}
+        for dim, raw in (block or {}).items():
+            v = f.units(str(dim), raw, (*loc, "status", part, str(dim)), log)
+            if v is not None:
+                alloc[str(dim)] = v
+        if name in self.nodes:
+            log.add((*loc, "metadata", "name"), "two Node objects share this name", name)
+            return
+        self.nodes[name] = Node(name, frozen_map(labels), tuple(taints), frozen_map(alloc), unsched)  # type: ignore[arg-type]
+        self.node_has_alloc[name] = block is not None
+
+    def workload(self, m: dict[str, Any], loc: Loc, log: ProblemLog, kind: str) -> None:
+        spec = f.mapping(m.get("spec"), (*loc, "spec"), log, optional=False) or {}
+        tloc: Loc = (*loc, "spec")
+        if kind == "CronJob":
+            jt = f.mapping(spec.get("jobTemplate"), (*tloc, "jobTemplate"), log, optional=False) or {}
+            tloc = (*tloc, "jobTemplate", "spec")
+            spec = f.mapping(jt.get("spec"), tloc, log, optional=False) or {}
+        template = f.mapping(spec.get("template"), (*tloc, "template"), log, optional=False) or {}
+        tmeta = f.mapping(template.get("metadata"), (*tloc, "template", "metadata"), log) or {}
+        meta = f.mapping(m.get("metadata"), (*loc, "metadata"), log, optional=False) or {}
+        merged = {"name": meta.get("name"), "namespace": meta.get("namespace"), "labels": tmeta.get("labels")}
+        self.pod_type(
+            m,
+            loc,
+            log,
+            kind,
+            template.get("spec"),
+            (*tloc, "template", "spec"),
+            merged,
+            labels_loc=(*tloc, "template", "metadata", "labels"),
+        )
+
+    def pod_type(
+        self,
+        m: dict[str, Any],
+        loc: Loc,
+        log: ProblemLog,
+        kind: str,
+        raw_spec: Any,
+        spec_loc: Loc,
+        raw_meta: Any,
+        labels_loc: Loc | None = None,
+    ) -> None:
+        meta = f.mapping(raw_meta, (*loc, "metadata"), log, optional=False) or {}
+        if meta.get("name") is None and meta.get("generateName") is not None:
+            gen = f.string(meta.get("generateName"), (*loc, "metadata", "generateName"), log)
+            name = gen.rstrip("-") if gen else None  # the type of every pod the prefix generates
+        else:
+            name = f.string(meta.get("name"), (*loc, "metadata", "name"), log, required=True)
+        ns = f.string(meta.get("namespace"), (*loc, "metadata", "namespace"), log, default="default")
+        labels = f.string_map(meta.get("labels"), labels_loc or (*loc, "metadata", "labels"), log)
+        spec = f.mapping(raw_spec, spec_loc, log, optional=False)
+        if not name or ns is None or spec is None:
+            return
+        parts = pod_spec(spec, spec_loc, log, labels)
+        type_id = f"{ns or 'default'}/{name}"
+        if kind == "Pod" and parts.node_name is not None:
+            raw_meta_m = m.get("metadata") if isinstance(m.get("metadata"), dict) else {}
+            ann = f.string_map(raw_meta_m.get("annotations"), (*loc, "metadata", "annotations"), log)
+            owner = None
+            for o in f.seq(raw_meta_m.get("ownerReferences"), (*loc, "metadata", "ownerReferences"), log):
+                if isinstance(o, dict) and o.get("controller") and o.get("kind") and o.get("name"):
+                    owner = (str(o["kind"]), str(o["name"]))
+            self.placed.append(
+                _Placed(
+                    log.file,
+                    (*spec_loc, "nodeName"),
+                    type_id,
+                    ns or "default",
+                    parts.node_name,
+                    ann.get(POD_TYPE_ANNOTATION),
+                    owner,
+                    labels.get("pod-template-hash"),
+                )
+            )
+        pt = f.checked(
+            PodType,
+            spec_loc,
+            log,
+            id=type_id,
+            namespace=ns or "default",
+            kind=kind,
+            labels=frozen_map(labels),
+            requests=frozen_map(parts.requests),  # type: ignore[arg-type]
+            node_selector=frozen_map(parts.node_selector),
+            node_affinity=parts.node_affinity,
+            tolerations=parts.tolerations,
+            affinity=parts.affinity,
+            anti_affinity=parts.anti_affinity,
+            spread=parts.spread,
+        )
+        if pt is None:
+            return
+        if type_id in self.types:
+            log.add(
+                (*loc, "metadata", "name"),
+                f"a pod type {type_id} is already defined by {self.type_src[type_id]}",
+                name,
+            )
+            return
+        self.types[type_id] = pt
+        self.type_src[type_id] = f"{kind} in {log.file}"
+
+    # --- after every file ------------------------------------------------------------------------
+    def _resolve(self, p: _Placed) -> str | None:
+        log = ProblemLog(p.file)
+        if p.annotation:
+            tid = p.annotation if "/" in p.annotation else f"{p.namespace}/{p.annotation}"
+            if tid not in self.types:
+                log.add(
+                    (*p.loc[:-2], "metadata", "annotations", POD_TYPE_ANNOTATION),
+                    "names no pod type",
+                    p.annotation,
+                )
+                self.problems.extend(log.problems)
+                return None
+            return tid
+        if p.owner is not None:
+            kind, name = p.owner
+            candidates = [f"{p.namespace}/{name}"]
+            if kind == "ReplicaSet" and p.template_hash and name.endswith("-" + p.template_hash):
+                candidates.append(f"{p.namespace}/{name[: -len(p.template_hash) - 1]}")
+            for tid in candidates:
+                t = self.types.get(tid)
+                if t is not None and t.kind in WORKLOAD_KINDS:
+                    return tid
+        return p.pod_id
+
+    def finish(self) -> Instance:
+        initial: dict[tuple[str, str], int] = {}
+        for p in self.placed:
+            tid = self._resolve(p)
+            if tid is None:
+                continue
+            if p.node not in self.nodes:
+                self.problems.append(
+                    Problem(p.file, key_path(p.loc), "names a node that no Node object defines", p.node)
+                )
+                continue
+            initial[(tid, p.node)] = initial.get((tid, p.node), 0) + 1
+            if tid != p.pod_id:
+                self.types.pop(p.pod_id, None)  # an instance of another type, not a type of its own
+        if self.problems:
+            raise IRError(self.problems)
+        requested = {d for t in self.types.values() for d in t.requests}
+        nodes = []
+        for name, node in self.nodes.items():
+            if self.node_has_alloc[name]:
+                extra = {d: 0 for d in requested if d not in STANDARD_DIMS and d not in node.allocatable}
+                if extra:
+                    node = Node(
+                        node.name,
+                        node.labels,
+                        node.taints,
+                        frozen_map({**node.allocatable, **extra}),
+                        node.unschedulable,
+                    )  # type: ignore[arg-type]
+            nodes.append(node)
+        return Instance(
+            tuple(nodes),
+            tuple(self.types.values()),
+            frozen_map(initial),  # type: ignore[arg-type]
+            frozen_map({k: frozen_map(v) for k, v in self.namespaces.items()}),  # type: ignore[arg-type]
+        )
+
+
+def parse_manifests(texts: Sequence[tuple[str, str]]) -> Instance:
+    """``[(file name, YAML text), ...]`` -> Instance; raises IRError with every problem found."""
+    r = _Reader()
+    for file, text in texts:
+        r.read_text(text, file)
+    return r.finish()
+
+
+def read_manifests(paths: Sequence[str | Path]) -> Instance:
+    """Read YAML files (directories: every ``*.yaml`` / ``*.yml`` inside, sorted)."""
+    texts: list[tuple[str, str]] = []
+    problems: list[Problem] = []
+    for p in paths:
+        path = Path(p)
+        files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
+        for fp in files:
+            log = ProblemLog(str(fp))
+            try:
+                texts.append((str(fp), fp.read_text(encoding="utf-8")))
+            except FileNotFoundError:
+                log.add(DOCUMENT, "file does not exist", str(fp))
+            except UnicodeDecodeError as e:
+                log.add(DOCUMENT, f"file is not UTF-8 text (byte {e.start})", str(fp))
+            except OSError as e:
+                log.add(DOCUMENT, f"cannot read file: {e.strerror or e}", str(fp))
+            problems.extend(log.problems)
+    if problems:
+        raise IRError(problems)
+    return parse_manifests(texts)

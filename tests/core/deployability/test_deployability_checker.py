@@ -1,0 +1,73 @@
+"""The independent checker refuses every illegal step and shares no code with the search."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from kalena.core.deployability import Op, Semantics, Step, replay
+from kalena.testing.deployability import instance, knode, ptype, term
+
+K = Semantics.KUBERNETES
+DB = ptype("db", labels={"app": "db"}, requests={"cpu": 1})
+WEB = ptype("web", affinity=[term(app="db")], requests={"cpu": 1})
+INST = instance([knode("n", alloc={"cpu": 2}), knode("m")], [DB, WEB], {("db", "m"): 1})
+
+
+def dep(t: str, n: str = "n") -> Step:
+    return Step(Op.DEPLOY, f"default/{t}", n)
+
+
+def rm(t: str, n: str = "n") -> Step:
+    return Step(Op.DELETE, f"default/{t}", n)
+
+
+CASES = [
+    ("legal", [dep("db"), dep("web")], True, -1),
+    ("deploy-before-prerequisite", [dep("web")], False, 0),
+    ("delete-nothing", [rm("db")], False, 0),
+    ("capacity", [dep("db"), dep("db"), dep("web")], False, 2),
+    ("target-not-reached", [dep("db")], False, 1),
+    ("delete-after-deploy-keeps-target", [dep("db"), dep("web"), rm("db")], True, -1),
+    ("unknown-node", [dep("db", "zz")], False, 0),
+    ("initial-pod-witnesses-other-node-only", [dep("web", "m")], True, -1),
+]
+
+
+@pytest.mark.parametrize(("steps", "ok", "step"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_replay(steps, ok, step):
+    target = steps[-1].node if steps else "n"
+    r = replay(INST, K, steps, [("default/web", target)])
+    assert r.ok is ok
+    if not ok:
+        assert r.step == step
+        assert r.message
+
+
+SEARCH_MODULES = {
+    "search",
+    "compiled",
+    "relevance",
+    "symmetry",
+    "tables",
+    "decide",
+    "semantics",
+    "labels",
+    "fragment",
+}
+
+
+def test_checker_imports_nothing_from_the_search():
+    src = Path(__file__).parents[3] / "src" / "kalena" / "core" / "deployability" / "checker.py"
+    tree = ast.parse(src.read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+    ours = {m.rsplit(".", 1)[-1] for m in imported if m.startswith("kalena")}
+    assert ours <= {"answer", "model"}, ours
+    assert not ours & SEARCH_MODULES
