@@ -120,7 +120,7 @@ def requirement(raw: Any, loc: Loc, log: ProblemLog, *, node: bool) -> Requireme
     if op not in allowed:
         log.add((*loc, "operator"), f"must be one of {', '.join(allowed)}", op)
         return None
-    return checked(Requirement, loc, log, key, op, tuple(v for v in values if v is not None))
+    return checked(Requirement, loc, log, raw, key, op, tuple(v for v in values if v is not None))
 
 
 def label_selector(raw: Any, loc: Loc, log: ProblemLog) -> LabelSelector | None:
@@ -137,10 +137,11 @@ def label_selector(raw: Any, loc: Loc, log: ProblemLog) -> LabelSelector | None:
     return LabelSelector(frozen_map(labels), tuple(exprs))
 
 
-def checked(build: Callable[..., Any], loc: Loc, log: ProblemLog, *args: Any, **kwargs: Any) -> Any:
-    """``build(*args, **kwargs)``; a model object's own validation error becomes a problem at ``loc``."""
+def checked(build: Callable[..., Any], loc: Loc, log: ProblemLog, raw: Any, *args: Any, **kwargs: Any) -> Any:
+    """``build(*args, **kwargs)``; a model object's own validation error becomes a problem at ``loc``
+    naming ``raw`` (the value as written)."""
     try:
         return build(*args, **kwargs)
     except ValueError as e:
-        log.add(loc, str(e))
+        log.add(loc, str(e), raw)
         return None

@@ -132,7 +132,7 @@ class _Reader:
             value = f.string(tm.get("value"), (*tl, "value"), log)
             effect = f.string(tm.get("effect"), (*tl, "effect"), log, required=True)
             if None not in (key, value, effect):
-                taint = f.checked(Taint, (*tl, "effect"), log, key, value, effect)
+                taint = f.checked(Taint, (*tl, "effect"), log, tm.get("effect"), key, value, effect)
                 if taint is not None:
                     taints.append(taint)
         unsched = spec.get("unschedulable", False)
@@ -222,6 +222,7 @@ class _Reader:
             PodType,
             spec_loc,
             log,
+            raw_spec,
             id=type_id,
             namespace=ns or "default",
             kind=kind,

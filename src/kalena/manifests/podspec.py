@@ -92,7 +92,7 @@ def _node_affinity(raw: Any, loc: Loc, log: ProblemLog) -> tuple[NodeSelectorTer
         ]
         if any(x is None for x in exprs + flds):
             continue
-        term = f.checked(NodeSelectorTerm, (*tloc, i), log, tuple(exprs), tuple(flds))
+        term = f.checked(NodeSelectorTerm, (*tloc, i), log, t, tuple(exprs), tuple(flds))
         if term is not None:
             terms.append(term)
     if not terms:
@@ -144,7 +144,7 @@ def _pod_terms(raw: Any, loc: Loc, log: ProblemLog, labels: dict[str, str]) -> t
             log.add((*tl, "topologyKey"), "must not be empty for a required term", key)
             continue
         sel = _with_label_keys(sel, match, mismatch, labels)
-        term = f.checked(PodAffinityTerm, tl, log, sel, key, tuple(x for x in nss if x), nsel)
+        term = f.checked(PodAffinityTerm, tl, log, t, sel, key, tuple(x for x in nss if x), nsel)
         if term is not None:
             out.append(term)
     return tuple(out)
@@ -162,7 +162,7 @@ def _tolerations(raw: Any, loc: Loc, log: ProblemLog) -> tuple[Toleration, ...]:
         effect = f.string(tm.get("effect"), (*loc, i, "effect"), log)
         if None in (key, op, value, effect):
             continue
-        tol = f.checked(Toleration, (*loc, i), log, key, op, value, effect)
+        tol = f.checked(Toleration, (*loc, i), log, t, key, op, value, effect)
         if tol is not None:
             out.append(tol)
     return tuple(out)
@@ -205,6 +205,7 @@ def _spread(raw: Any, loc: Loc, log: ProblemLog, labels: dict[str, str]) -> tupl
             SpreadConstraint,
             cl,
             log,
+            c,
             skew,
             key,
             sel,

@@ -32,7 +32,7 @@ of ``(needs, boot)``, capacity rows, spread domains over counted indices. A stat
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kalena.core.deployability.model import Semantics
 from kalena.core.deployability.relevance import Pair, Relevance, guard_parts
@@ -66,6 +66,7 @@ class Guard:
     capacity: tuple[tuple[int, int, int, int], ...]  # (dim index, request, capacity, users mask)
     spread: tuple[SpreadGuard, ...]
     trigger: int | None  # a need mask that must hit for this guard to ever hold
+    required: int  # single-slot needs of groups without bootstrap: all must run (fast reject)
 
 
 @dataclass
@@ -88,6 +89,7 @@ class Compiled:
     guard_at: dict[tuple[int, int], int]  # (type, local node) -> guard index
     always: tuple[int, ...]  # guard indices without trigger
     triggered: dict[int, tuple[int, ...]]  # slot -> guard indices whose trigger contains it
+    trigger_bits: int  # every slot that triggers some guard
     targets: int  # mask of target slots
     initial: State
     fixed_nodes: frozenset[int]  # local indices that symmetry must not move
@@ -240,6 +242,7 @@ def compile_question(
         guards.append(
             _guard(tb, t, m, s, local[m], g, counted_of, s in spread_slots, count_cap, mask, dim_ix)
         )
+    guards = _choose_triggers(guards)
     always, triggered = [], {}
     for gi, gd in enumerate(guards):
         if gd.trigger is None:
@@ -280,6 +283,7 @@ def compile_question(
         guard_at={(gd.type, gd.node): gi for gi, gd in enumerate(guards)},
         always=tuple(always),
         triggered={k: tuple(v) for k, v in triggered.items()},
+        trigger_bits=sum(1 << k for k in triggered),
         targets=tmask,
         initial=(bits, tuple(counts)),
         fixed_nodes=frozenset(local[n] for n in fixed),
@@ -300,15 +304,15 @@ def _guard(tb, t, m, slot, node_local, g, counted_of, spread_counted, count_cap,
         else:
             cap, search_capped = count_cap, True
     groups = []
-    trigger = None
+    required = 0
     for needs, boot in g.groups:
         nm = tuple(mask(x) for x in needs)
         bm = None if boot is None else mask(boot)
         groups.append((nm, bm))
         if bm is None:
-            best = min(nm, key=lambda x: x.bit_count())
-            if trigger is None or best.bit_count() < trigger.bit_count():
-                trigger = best
+            for x in nm:
+                if x.bit_count() == 1:
+                    required |= x
     cap_rows = tuple(
         (dim_ix[d], pod.requests[d], node.allocatable[d], mask(users))
         for d, users in sorted(g.capacity.items())
@@ -330,8 +334,37 @@ def _guard(tb, t, m, slot, node_local, g, counted_of, spread_counted, count_cap,
         groups=tuple(groups),
         capacity=cap_rows,
         spread=tuple(spread),
-        trigger=trigger,
+        trigger=None,
+        required=required,
     )
+
+
+def _choose_triggers(guards: list[Guard]) -> list[Guard]:
+    """Give each guard the need mask (of a group without bootstrap) whose slots trigger fewest guards.
+
+    A guard is examined in a state only when its trigger hits, so a rare trigger (a token of one
+    place rather than "a ready pod") keeps the candidate list short. Any need of such a group is a
+    correct trigger: while it does not hit, the group and hence the guard cannot hold.
+    """
+    freq: dict[int, int] = {}
+    for g in guards:
+        for needs, boot in g.groups:
+            if boot is None:
+                for x in needs:
+                    for b in _bit_list(x):
+                        freq[b] = freq.get(b, 0) + 1
+    out = []
+    for g in guards:
+        best, cost = None, None
+        for needs, boot in g.groups:
+            if boot is not None:
+                continue
+            for x in needs:
+                c = sum(freq[b] for b in _bit_list(x))
+                if cost is None or c < cost:
+                    best, cost = x, c
+        out.append(replace(g, trigger=best))
+    return out
 
 
 def _bit_list(x: int) -> list[int]:

@@ -112,17 +112,23 @@ class _Expander:
                 viol |= sp.own_slots & bits
         return blocked, viol
 
-    def successors(self, state: State) -> Iterator[tuple[Move, State]]:
+    def moves(self, state: State) -> list[Move]:
+        """Every move the search makes from ``state`` (deploys, then clears, then single deletions)."""
         c = self.c
         bits, counts = state
         cand = set(c.always)
-        for s in _bits(bits):
+        for s in _bits(bits & c.trigger_bits):
             tr = c.triggered.get(s)
             if tr:
                 cand.update(tr)
         usage: dict[int, list[int]] = {}
+        deploys: list[Move] = []
+        clears: dict[int, None] = {}  # ordered set
+        deletes = 0
         for gi in sorted(cand):
             g = c.guards[gi]
+            if bits & g.required != g.required:
+                continue
             if g.counted < 0:
                 if bits >> g.slot & 1:
                     continue
@@ -146,7 +152,7 @@ class _Expander:
                 continue
             base = bits & (g.forbid | required)
             if base:
-                yield (CLEAR, base), apply(c, state, (CLEAR, base))
+                clears[base] = None
             else:
                 blocked, viol = False, 0
                 for dim, req, cap, users in g.capacity:
@@ -159,18 +165,19 @@ class _Expander:
                     sb, sv = self._spread_blocked(g, counts, bits)
                     blocked, viol = blocked or sb, viol | sv
                 if not blocked:
-                    yield (DEPLOY, gi), apply(c, state, (DEPLOY, gi))
+                    deploys.append((DEPLOY, gi))
                 else:
-                    for x in _bits(viol):
-                        yield (DELETE, x), apply(c, state, (DELETE, x))
+                    deletes |= viol
             for k in range(1, 1 << len(optional)):
                 extra = 0
                 for j, m in enumerate(optional):
                     if k >> j & 1:
                         extra |= m
-                mask = base | extra
-                if mask != base:
-                    yield (CLEAR, mask), apply(c, state, (CLEAR, mask))
+                if base | extra != base:
+                    clears[base | extra] = None
+        deploys.extend((CLEAR, m) for m in clears)
+        deploys.extend((DELETE, x) for x in _bits(deletes))
+        return deploys
 
 
 def search(c: Compiled, canon: Canonicalizer, budget: Budget) -> SearchResult:
@@ -187,8 +194,8 @@ def search(c: Compiled, canon: Canonicalizer, budget: Budget) -> SearchResult:
         expanded += 1
         if budget.should_stop is not None and expanded % budget.check_every == 0 and budget.should_stop():
             return SearchResult(False, len(parent), cut=ex.cut, stopped="timeout")
-        for move, succ in ex.successors(state):
-            key = canon.canon(succ)
+        for move in ex.moves(state):
+            key = canon.canon(apply(c, state, move))
             if key in parent:
                 continue
             parent[key] = (state, move)
