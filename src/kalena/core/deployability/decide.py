@@ -16,7 +16,7 @@ from kalena.core.deployability.fragment import AAS, classify
 from kalena.core.deployability.model import Instance, Query, Semantics
 from kalena.core.deployability.relevance import Pair, guard_parts, relevance
 from kalena.core.deployability.search import DELETE, DEPLOY, Budget, search
-from kalena.core.deployability.semantics import Evaluator
+from kalena.core.deployability.semantics import Evaluator, FailureCode
 from kalena.core.deployability.symmetry import Canonicalizer, node_classes
 from kalena.core.deployability.tables import Tables
 
@@ -129,7 +129,7 @@ def _search_answer(
         reasons = []
         for u, m in dead:
             tid, node = tb.types[u].id, tb.nodes[m].name
-            fails = ev.hard(tid, node, {}) or ()
+            fails = [f for f in ev.hard(tid, node, {}) if f.code in _STATIC]
             why = "; ".join(f.render() for f in fails) or "no configuration can satisfy its guard"
             reasons.append(f"{tid} can never be placed on {node}: {why}")
         return Answer(
@@ -165,12 +165,9 @@ def _search_answer(
                 **base,
             )
         if not res.cut:
-            return Answer(
-                Verdict.NOT_DEPLOYABLE,
-                states_explored=explored,
-                reasons=(f"every reachable configuration explored ({explored:,}); none runs the target",),
-                **base,
-            )
+            why = [f"every reachable configuration explored ({explored:,}); none runs the target"]
+            why += _unwitnessed(tb, targets)
+            return Answer(Verdict.NOT_DEPLOYABLE, states_explored=explored, reasons=tuple(why), **base)
         cap *= 2  # the count cap pruned a move: explore again with a larger cap
         if explored >= budget.max_states:
             return Answer(
@@ -179,6 +176,37 @@ def _search_answer(
                 reasons=("spread constraints count instances that nothing bounds; no cap proved enough",),
                 **base,
             )
+
+
+_STATIC = frozenset(
+    {
+        FailureCode.INSUFFICIENT_RESOURCE,
+        FailureCode.NODE_AFFINITY,
+        FailureCode.UNTOLERATED_TAINT,
+        FailureCode.TOPOLOGY_KEY_MISSING,
+        FailureCode.SPREAD_NOT_ELIGIBLE,
+    }
+)
+
+
+def _unwitnessed(tb: Tables, targets: Sequence[Pair]) -> list[str]:
+    """Affinity terms of a target that no pod type can ever witness (an explanation, not a proof)."""
+    out = []
+    for t, _ in targets:
+        pod = tb.types[t]
+        if not pod.affinity:
+            continue
+        if tb.semantics is Semantics.KUBERNETES:
+            if not tb.all_match(t):
+                out.append(
+                    f"no pod type matches all {len(pod.affinity)} affinity terms of {pod.id} "
+                    "(kube-scheduler needs one running pod that matches every term)"
+                )
+        else:
+            for i in range(len(pod.affinity)):
+                if not tb.term_match(t, "aff", i):
+                    out.append(f"no pod type matches affinity term {i} of {pod.id}")
+    return out
 
 
 def _reductions(tb, rel, comp, canon, capped: bool, cap: int) -> tuple[str, ...]:
