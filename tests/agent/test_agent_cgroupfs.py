@@ -8,7 +8,7 @@ import shutil
 import pytest
 from agent_testlib import FIXTURES
 
-from kalena.agent.cgroupfs import FsCgroupReader
+from kalena.agent.cgroupfs import FsCgroupReader, flat_value
 from kalena.agent.layout import CgroupTree
 from kalena.agent.parsers import IoBytes
 
@@ -133,3 +133,26 @@ def test_memory_limit_unlimited_v1(fake_host, tmp_path):
         "9223372036854771712\n"
     )
     assert math.isinf(reader.read("batch/job").memory_limit)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ((V1 / "memory.stat").read_text(), "total_inactive_file", 8388608),
+        ((V1 / "memory.stat").read_text(), "inactive_file", 8388608),  # not total_inactive_file's tail
+        ((V2 / "memory.stat").read_text(), "inactive_file", 42106880),
+        ("a 1\nb 2", "b", 2),
+        ("a 1\n", "c", None),
+        ("a x\n", "a", None),
+    ],
+    ids=["v1-total", "v1-local-not-suffix", "v2", "last-line-no-newline", "absent", "not-a-number"],
+)
+def test_flat_value(text, key, value):
+    assert flat_value(text, key) == value
+
+
+def test_some_avg10_fast_path_agrees_with_the_parser(fake_host):
+    reader, _ = _v2_reader(fake_host)
+    assert reader.some_avg10("prod/db", "cpu") == reader.pressure("prod/db", "cpu").some.avg10 == 65.95
+    assert reader.some_avg10("prod/gone", "cpu") is None
+    assert reader.read("prod/db", with_throttling=False).throttled_ns is None

@@ -118,3 +118,14 @@ def test_the_hierarchy_root_is_never_writable(real_tree):
         w.apply([KnobWrite("/", Knob.CPU_QUOTA, 0.1, "never")])
     with pytest.raises(NotManaged):
         w.signal("/", signal.SIGTERM, "never")
+
+
+def test_purge_kills_and_removes_a_whole_subtree(real_tree, spawn):
+    w = _writer(real_tree, [])
+    for name in ("batch/a", "batch/a/inner", "prod/b"):
+        w.create(name, "test")
+    kids = [spawn("sleep", cgroup_procs=w.procs_files(n)) for n in ("batch/a/inner", "prod/b")]
+    assert all(k.stdout.readline().strip() == "ready" for k in kids)
+    assert w.purge("", "uninstall")
+    assert all(k.wait(10) == -signal.SIGKILL for k in kids)
+    assert not any(real_tree.dir(h, "").exists() for h in real_tree.layout.hierarchies)

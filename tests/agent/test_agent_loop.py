@@ -73,7 +73,7 @@ class Telemetry:
         self._last: float | None = None
         self.calls = 0
 
-    def counters(self, cgroups, now):
+    def counters(self, cgroups, now, throttling=()):
         self.calls += 1
         dt = 0.0 if self._last is None else now - self._last
         self._last = now
@@ -339,3 +339,18 @@ def test_restart_resumes_from_the_state_file(harness):
     assert h.agent.state.production_originals == {}  # production restored at start
     starts = [r for r in h.agent.log.memory if r["kind"] == "start"]
     assert starts[-1]["resumed"] is True
+
+
+def test_psi_unavailable_means_polling_with_a_warning(harness):
+    h = harness()  # the fake host has no pressure files: no trigger can be armed
+    h.agent.start()
+    warnings = [w["what"] for w in h.log("warning") if "PSI trigger unavailable" in w["what"]]
+    assert len(warnings) == len(h.agent.sources.psi.polled) == 4
+    assert all("polling avg10 each round (fallback" in w for w in warnings)
+    start = h.log("start")[0]
+    assert start["psi_window_s"] is None and all("fallback" in line for line in start["psi"])
+    # a pressure file that appears later is armed at the next estimation tick
+    root = h.tree.dir(h.tree.layout.v2, "")
+    (root / "memory.pressure").write_text("")
+    h.step(dt=10.0)
+    assert len(h.agent.sources.psi.polled) == 2  # "some" and "full" on the same file are armed

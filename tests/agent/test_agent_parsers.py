@@ -93,10 +93,11 @@ def test_cpu_max_malformed(text):
     [
         ("max\n", math.inf),
         ("9223372036854771712\n", math.inf),  # v1 "no limit" on 4 KiB pages
+        ("-1", math.inf),  # what v1 accepts as input for it
         ((FIXTURES / "cgroup_v2_container/memory.max").read_text(), 8589934592.0),
         ((FIXTURES / "cgroup_v1_hybrid_host/memory.limit_in_bytes").read_text(), 209715200.0),
     ],
-    ids=["v2-max", "v1-unlimited", "v2-8GiB", "v1-200MiB"],
+    ids=["v2-max", "v1-unlimited", "v1-minus-one", "v2-8GiB", "v1-200MiB"],
 )
 def test_limit_bytes(text, expected):
     assert parse_limit_bytes(text) == expected

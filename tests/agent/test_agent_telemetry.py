@@ -59,7 +59,7 @@ class _Reader:
     def __init__(self, readings):
         self.readings = readings
 
-    def read(self, name):
+    def read(self, name, with_limit=True, with_throttling=True):
         return self.readings.get(name, CgroupReading())
 
 

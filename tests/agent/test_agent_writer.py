@@ -248,3 +248,11 @@ def test_signal_and_kill_use_the_listed_processes(fake_host):
     finally:
         p.kill()
         p.wait()
+
+
+def test_unlimited_memory_on_v1_is_not_rewritten_every_round(fake_host):
+    """v1 reads "no limit" back as 9223372036854771712 after "-1" was written: the same value."""
+    w, tree, records = _writer(fake_host, "v1")
+    _prime(tree, "batch/j", {"memory.limit_in_bytes": "9223372036854771712\n"})
+    assert w.apply([KnobWrite("batch/j", Knob.MEMORY_MAX, math.inf, "no limit")]) == ()
+    assert records == []

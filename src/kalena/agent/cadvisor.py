@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -120,7 +120,9 @@ class CadvisorTelemetry:
             self._name = lambda cg: table.get(cg, cg)
         self.last_error: str | None = None
 
-    def counters(self, cgroups: Mapping[str, str], now: float) -> dict[str, Counters]:
+    def counters(
+        self, cgroups: Mapping[str, str], now: float, throttling: Collection[str] = ()
+    ) -> dict[str, Counters]:
         try:
             latest = self.client.latest()
         except CadvisorError as e:

@@ -22,6 +22,7 @@ caller holds reservations on missing data (issue 4, fail-safe).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -42,13 +43,45 @@ from kalena.agent.parsers import (
 PSI_RESOURCES = ("cpu", "memory", "io")
 
 
-def read_text(path: Path) -> str | None:
-    """The file's text, or ``None`` if it cannot be read (gone, no permission, not a file)."""
+def read_text(path: Path | str) -> str | None:
+    """The file's text, or ``None`` if it cannot be read (gone, no permission, not a file).
+
+    Plain ``os.open``/``os.read``: the agent reads a few hundred small kernel files a second,
+    and a buffered file object costs several times more per file than the read itself.
+    """
     try:
-        with open(path, "rb", buffering=0) as f:
-            return f.read().decode()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 65536)
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks).decode()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def flat_value(text: str, key: str) -> int | None:
+    """The value of ``key`` in a flat-keyed file without parsing the rest (memory.stat is long)."""
+    start = 0
+    needle = key + " "
+    while True:
+        i = text.find(needle, start)
+        if i < 0:
+            return None
+        if i == 0 or text[i - 1] == "\n":
+            end = text.find("\n", i)
+            try:
+                return int(text[i + len(needle) : end if end >= 0 else None])
+            except ValueError:
+                return None
+        start = i + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +103,11 @@ class CgroupReading:
 class CgroupReader(Protocol):
     """What the agent reads about cgroups (faked in unit tests, cgroupfs in the product)."""
 
-    def read(self, name: str) -> CgroupReading: ...
+    def read(self, name: str, with_limit: bool = True, with_throttling: bool = True) -> CgroupReading: ...
 
     def pressure(self, name: str, resource: str) -> Pressure | None: ...
+
+    def some_avg10(self, name: str, resource: str) -> float | None: ...
 
     def system_pressure(self, resource: str) -> Pressure | None: ...
 
@@ -98,42 +133,48 @@ class FsCgroupReader:
         self._io = lay.home("blkio") or lay.home("io")
         self._v2 = lay.v2
         self.proc_pressure = proc_pressure
+        self._dirs: dict[tuple[Path, str], str] = {}
+
+    def _dir(self, h: Hierarchy, name: str) -> str:
+        """The cgroup's directory as a string, resolved once (a Path per file costs more than the read)."""
+        key = (h.mount_point, name)
+        d = self._dirs.get(key)
+        if d is None:
+            d = self._dirs[key] = str(self.tree.dir(h, name))
+        return d
 
     def _file(self, h: Hierarchy | None, name: str, filename: str) -> str | None:
         if h is None:
             return None
-        return read_text(self.tree.dir(h, name) / filename)
+        return read_text(f"{self._dir(h, name)}/{filename}")
 
     # -- readings -------------------------------------------------------------------------------
     def cpu_usage_ns(self, name: str) -> int | None:
         h = self._cpuacct
         if h is None:
             return None
-        try:
-            if h.version == 1:
-                text = self._file(h, name, "cpuacct.usage")
+        if h.version == 1:
+            text = self._file(h, name, "cpuacct.usage")
+            try:
                 return None if text is None else parse_single_int(text, "cpuacct.usage")
-            text = self._file(h, name, "cpu.stat")
-            return None if text is None else parse_flat_keyed(text, "cpu.stat")["usage_usec"] * 1000
-        except (ParseError, KeyError):
-            return None
+            except ParseError:
+                return None
+        text = self._file(h, name, "cpu.stat")
+        us = None if text is None else flat_value(text, "usage_usec")
+        return None if us is None else us * 1000
 
     def throttled_ns(self, name: str) -> int | None:
         h = self._cpu
         text = self._file(h, name, "cpu.stat")
         if h is None or text is None:
             return None
-        try:
-            stat = parse_flat_keyed(text, "cpu.stat")
-        except ParseError:
-            return None
         if h.version == 1:
-            return stat.get("throttled_time")
-        us = stat.get("throttled_usec")
+            return flat_value(text, "throttled_time")
+        us = flat_value(text, "throttled_usec")
         return None if us is None else us * 1000
 
-    def memory(self, name: str) -> tuple[int | None, int | None, float | None]:
-        """(usage, working set, limit) in bytes."""
+    def memory(self, name: str, with_limit: bool = True) -> tuple[int | None, int | None, float | None]:
+        """(usage, working set, limit) in bytes (the limit only ``with_limit``)."""
         h = self._memory
         if h is None:
             return None, None, None
@@ -175,11 +216,13 @@ class FsCgroupReader:
         except ParseError:
             return None
 
-    def read(self, name: str) -> CgroupReading:
-        usage, ws, limit = self.memory(name)
+    def read(self, name: str, with_limit: bool = True, with_throttling: bool = True) -> CgroupReading:
+        """Every reading of ``name``; the memory limit (constant between rounds) only ``with_limit``,
+        the throttled time (anti-starvation needs it for batch only) only ``with_throttling``."""
+        usage, ws, limit = self.memory(name, with_limit)
         return CgroupReading(
             cpu_usage_ns=self.cpu_usage_ns(name),
-            throttled_ns=self.throttled_ns(name),
+            throttled_ns=self.throttled_ns(name) if with_throttling else None,
             memory_usage=usage,
             working_set=ws,
             memory_limit=limit,
@@ -193,6 +236,17 @@ class FsCgroupReader:
         try:
             return None if text is None else parse_psi(text)
         except ParseError:
+            return None
+
+    def some_avg10(self, name: str, resource: str) -> float | None:
+        """The ``some avg10`` percentage alone (read for every production cgroup each round)."""
+        text = self._file(self._v2, name, f"{resource}.pressure")
+        if text is None or not text.startswith("some avg10="):
+            return None
+        end = text.find(" ", 11)
+        try:
+            return float(text[11:end])
+        except ValueError:
             return None
 
     def system_pressure(self, resource: str) -> Pressure | None:

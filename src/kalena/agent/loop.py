@@ -271,7 +271,11 @@ class Agent:
             victims, {"trigger": self._trigger(events), **plan_summary(plan)}, snap.epoch, now
         )
 
-        snap2 = snapshot_from_ledger(self.ledger, 0, usage=snap_usage, started_at=started_at, conditions=cond)
+        snap2 = snap
+        if evicted:  # the ledger changed: the throttle sees the node without the victims
+            snap2 = snapshot_from_ledger(
+                self.ledger, 0, usage=snap_usage, started_at=started_at, conditions=cond
+            )
         cfg = self.config
         starv = plan_anti_starvation(
             snap2, self.meter.throttled_s(), cfg.starvation_window_s, cfg.starvation, now
@@ -279,14 +283,18 @@ class Agent:
         tplan = plan_throttle(snap2, cfg.throttle, now, self.state.previous_allowance, starv.floors)
         runs = self.batch.running()
         writes = knobs.batch_writes(tplan, runs)
+        originals = dict(self.state.production_originals)
         writes += knobs.production_writes(starv, production, self.state.production_originals, self.writer)
+        if self.state.production_originals != originals:
+            self.store.save(self.state)  # write-ahead: a cap is never in force without its undo saved
         records = self.writer.apply(writes)
         self.state.previous_allowance = tplan.allowance
         self._log_throttles(records, tplan, starv, now)
 
         escalation = self._escalate(snap2, plan, tplan, now)
         admitted = self.batch.admit(self.ledger, now)
-        self.store.save(self.state)
+        if estimated:  # the rest (allowance, rounds, first-seen) is cheap to lose: saved every estimate
+            self.store.save(self.state)
         return StepReport(
             now, tuple(events), plan, evicted, tplan, records, escalation, admitted, finished, estimated
         )
@@ -295,7 +303,9 @@ class Agent:
         assert self.ledger is not None
         cgroups = self.cgroup_of()
         residents = [w.id for w in self.ledger.workloads_on(0) if w.id in cgroups]
-        usage = self.meter.update(self.telemetry.counters({w: cgroups[w] for w in residents}, now))
+        batch = self.batch.running()
+        counters = self.telemetry.counters({w: cgroups[w] for w in residents}, now, throttling=batch)
+        usage = self.meter.update(counters)
         for wid in usage:
             self.state.first_seen.setdefault(wid, now)
         return usage

@@ -88,12 +88,13 @@ def parse_single_int(text: str, what: str = "single-value file") -> int:
 
 
 def parse_limit_bytes(text: str, what: str = "memory limit") -> float:
-    """``max`` (v2) or a v1 byte count; unlimited -> ``inf``."""
+    """``max`` (v2) or a v1 byte count; unlimited -> ``inf`` (v1 reads back its huge sentinel and
+    accepts ``-1`` as input for it)."""
     t = text.strip()
     if t == "max":
         return math.inf
     value = parse_single_int(t, what)
-    return math.inf if value >= V1_UNLIMITED_BYTES else float(value)
+    return math.inf if value >= V1_UNLIMITED_BYTES or value < 0 else float(value)
 
 
 def parse_cpu_max(text: str) -> tuple[float, int]:

@@ -86,9 +86,9 @@ def read_averages(reader: CgroupReader, production_cgroups: Iterable[str], has_v
     cpu = math.nan
     if has_v2:
         for cg in production_cgroups:
-            v = frac(reader.pressure(cg, "cpu"), "some")
-            if not math.isnan(v):
-                cpu = v if math.isnan(cpu) else max(cpu, v)
+            v = reader.some_avg10(cg, "cpu")
+            if v is not None:
+                cpu = min(1.0, v / 100.0) if math.isnan(cpu) else max(cpu, min(1.0, v / 100.0))
     if math.isnan(cpu):
         cpu = frac(reader.system_pressure("cpu"), "some")
     return PsiAverages(cpu, frac(mem, "some"), frac(mem, "full"), frac(io, "some"))

@@ -55,6 +55,8 @@ class EventSources:
         self.disarm()
         production = {a.spec.id: a.cgroup for a in decl.production}
         self.psi = arm(trigger_specs(self.tree, production, self.config), self.notifier)
+        for p in self.psi.polled:  # fail-safe, but said out loud: averages are not triggers
+            self.log.append("warning", self.clock(), what=f"PSI trigger unavailable, {p.describe()}")
         self.pending = self._memory_makers(decl)
         self._arm_pending(warn=True)
 

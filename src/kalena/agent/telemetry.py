@@ -17,7 +17,7 @@ missing data never releases slack).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,11 +39,17 @@ class Counters:
 
 
 class TelemetrySource(Protocol):
-    """Counters per workload id, for the cgroups given (workload id -> cgroup name)."""
+    """Counters per workload id, for the cgroups given (workload id -> cgroup name).
+
+    ``throttling`` names the workloads whose throttled time is wanted (batch, for
+    anti-starvation); a source may return it for others too, or for none if it cannot.
+    """
 
     name: str
 
-    def counters(self, cgroups: Mapping[str, str], now: float) -> dict[str, Counters]: ...
+    def counters(
+        self, cgroups: Mapping[str, str], now: float, throttling: Collection[str] = ()
+    ) -> dict[str, Counters]: ...
 
 
 class CgroupfsTelemetry:
@@ -54,10 +60,12 @@ class CgroupfsTelemetry:
     def __init__(self, reader: CgroupReader) -> None:
         self.reader = reader
 
-    def counters(self, cgroups: Mapping[str, str], now: float) -> dict[str, Counters]:
+    def counters(
+        self, cgroups: Mapping[str, str], now: float, throttling: Collection[str] = ()
+    ) -> dict[str, Counters]:
         out = {}
         for wid, cg in cgroups.items():
-            r = self.reader.read(cg)
+            r = self.reader.read(cg, with_limit=False, with_throttling=wid in throttling)
             if r.empty:
                 continue
             out[wid] = Counters(

@@ -321,6 +321,11 @@ class CgroupWriter:
             self.audit(rec)
         return rec
 
+    def forget(self, name: str) -> None:
+        """Drop what the cache knows about ``name``'s files (someone else wrote them)."""
+        tops = [self.tree.dir(h, name) for h in self.tree.layout.hierarchies]
+        self._cache = {p: v for p, v in self._cache.items() if p.parent not in tops}
+
     # -- cgroup lifecycle -----------------------------------------------------------------------
     def create(self, name: str, reason: str) -> tuple[WriteRecord, ...]:
         """Make ``name`` (and missing managed parents) in every hierarchy Kalena uses.
@@ -440,3 +445,31 @@ class CgroupWriter:
                     os.kill(pid, signal.SIGKILL)
         self._record("kill", name, "cgroup.procs", None, f"SIGKILL {pids}", reason, "written")
         return tuple(pids)
+
+    def purge(self, name: str, reason: str, bound_s: float = 10.0) -> bool:
+        """SIGKILL everything under ``name`` and remove its cgroups, deepest first (uninstall,
+        benchmarks). Returns whether everything is gone within ``bound_s`` seconds."""
+        self.check(name)
+        end = time.monotonic() + bound_s
+        for h in self.tree.layout.hierarchies:
+            top = self.tree.dir(h, name)
+            if not top.is_dir():
+                continue
+            dirs = [*sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), top]
+            for d in dirs:
+                while True:
+                    pids = [int(x) for x in (read_text(d / "cgroup.procs") or "").split()]
+                    for pid in pids:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                    try:
+                        d.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        if time.monotonic() > end:
+                            return False
+                        time.sleep(0.02)
+            self._record("rmdir", name, top, None, "", reason, "written")
+        return True

@@ -115,7 +115,8 @@ def run(
     agent.start()
     typer.echo(f"kalena agent: node {decl.node.name}, {agent.tree.layout.describe()}", err=True)
     for line in agent.sources.report()["psi"]:
-        typer.echo(f"  psi {line}", err=True)
+        warn = "warning: " if "fallback" in line else ""
+        typer.echo(f"  {warn}psi {line}", err=True)
 
     def on_step(rep: StepReport) -> None:
         acts = [f"evict {w}" for w in rep.evicted] + [f"admit {w}" for w in rep.admitted]
