@@ -13,6 +13,7 @@ import typer
 from kalena import __version__
 from kalena.cli import agent as agent_cli
 from kalena.cli import deployable, ir
+from kalena.cli import simulate as simulate_cli
 
 app = typer.Typer(
     name="kalena",
@@ -22,6 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(ir.app, name="ir")
+app.command("simulate")(simulate_cli.simulate)
 app.add_typer(agent_cli.app, name="agent")
 app.command("deployable")(deployable.command)
 

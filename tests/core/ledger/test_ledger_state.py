@@ -308,3 +308,46 @@ def test_many_rows_grow_and_stay_consistent():
     assert len(L) == 1500 and L.reservation_sum[0, CPU] == 1500
     assert L.row_arrays().capacity >= 3000
     assert all(L.spec(w).tier is Tier.BATCH for w in L.batch_ids())
+
+
+def test_row_of_names_the_row_arrays_index_and_follows_row_reuse():
+    L = base()
+    rs = L.row_arrays()
+    assert [L.row_of(w) for w in L.production_ids()] == [0, 1, 2]
+    assert place(L, "b/x", 1, cpu=1).accepted
+    row = L.row_of("b/x")
+    assert rs.specs[row].id == "b/x" and rs.node[row] == 1 and rs.is_batch[row]
+    assert L.apply(RemoveBatch("b/x", 1, L.node_epoch(1))).accepted
+    assert place(L, "b/y", 0, cpu=1).accepted
+    assert L.row_of("b/y") == row  # the freed row is reused
+    with pytest.raises(KeyError):
+        L.row_of("b/x")
+
+
+DUPLICATE_ROWS = [
+    # id, rows, duplicated
+    ("adjacent", [0, 0], True),
+    ("unsorted-apart", [2, 0, 1, 2], True),
+    ("unsorted-distinct", [2, 0, 1], False),
+    ("empty", [], False),
+]
+
+
+@pytest.mark.parametrize(("rows", "dup"), [c[1:] for c in DUPLICATE_ROWS], ids=[c[0] for c in DUPLICATE_ROWS])
+def test_reservation_update_rejects_a_row_named_twice_in_any_order(rows, dup):
+    make = lambda: ReservationUpdate(np.array(rows, dtype=np.int64), np.zeros((len(rows), 8)), 0)  # noqa: E731
+    if dup:
+        with pytest.raises(ValueError, match="twice"):
+            make()
+    else:
+        assert make().rows.tolist() == rows  # order kept as given
+
+
+def test_reservation_update_bumps_each_moved_node_once():
+    L = base()
+    view = L.rows()
+    res = view.reservations.copy()
+    for wid in ("prod/web-0", "prod/trainer"):  # both on n0
+        res[view.ids.index(wid), CPU] = 0.5
+    assert L.apply(ReservationUpdate(view.rows, res, view.global_epoch)).accepted
+    assert L.node_epochs.tolist() == [1, 0] and L.global_epoch == 1

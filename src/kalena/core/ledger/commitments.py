@@ -100,7 +100,10 @@ class ReservationUpdate:
         res = np.array(self.reservations, dtype=np.float64)
         if res.shape != (len(rows), NDIM):
             raise ValueError(f"reservations must have shape ({len(rows)}, {NDIM}), got {res.shape}")
-        if len(np.unique(rows)) != len(rows):
+        # Stable sort (timsort: O(W) on the ascending rows a shell usually passes), not np.unique,
+        # whose hash-based version in NumPy >= 2.3 costs ~1 ms per 10,000 rows.
+        ordered = np.sort(rows, kind="stable")
+        if np.any(ordered[1:] == ordered[:-1]):
             raise ValueError("a reservation update names a row twice")
         if not np.all(np.isfinite(res)) or np.any(res < 0):
             raise ValueError("reservations must be finite and non-negative")

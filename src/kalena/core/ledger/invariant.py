@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kalena.core.ledger.blueprint import Blueprint
+from kalena.core.ledger.blueprint import Blueprint, per_node_sum
 from kalena.core.ledger.state import Ledger
 from kalena.core.resources import DIMS
 from kalena.core.verdict import Reason, ReasonCode
@@ -66,7 +66,8 @@ def restoration_violations(ledger: Ledger, blueprint: Blueprint) -> tuple[Reason
         out.append(
             _violation(f"service workload(s) outside the blueprint: {_listed(names, int(extra.sum()))}")
         )
-    scratch = ledger.recompute().request
+    live = rs.alive[: rs.high] & ~rs.is_batch[: rs.high]  # from scratch, over every row; requests only
+    scratch = per_node_sum(rs.node[: rs.high][live], rs.request[: rs.high][live], ledger.n_nodes)
     for label, q in (("maintained", ledger.request_sum), ("recomputed", scratch)):
         diff = ~np.isclose(q, blueprint.request_sum, rtol=SUM_RTOL, atol=SUM_RTOL)
         for d in np.flatnonzero(diff.any(axis=0)):

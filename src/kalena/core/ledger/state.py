@@ -208,6 +208,10 @@ class Ledger:
     def node_of(self, workload_id: str) -> int:
         return int(self._rows.node[self._row_of[workload_id]])
 
+    def row_of(self, workload_id: str) -> int:
+        """The row of a resident workload in :meth:`row_arrays` (rows are reused after a removal)."""
+        return self._row_of[workload_id]
+
     def reservation_of(self, workload_id: str) -> np.ndarray:
         return self._rows.reservation[self._row_of[workload_id]].copy()
 
@@ -437,7 +441,7 @@ class Ledger:
         moved_rows = np.any(new != rs.reservation[rows], axis=1)
         if not moved_rows.any():
             return self._result(c, True)
-        self._bump(np.unique(rs.node[rows[moved_rows]]))
+        self._bump(np.flatnonzero(np.bincount(rs.node[rows[moved_rows]], minlength=self.n_nodes)))
         rs.reservation[rows] = new
         rs.version[rows[moved_rows]] = self._global_epoch
         # From scratch: one bincount per dimension, and it resets incremental float drift.

@@ -1,0 +1,198 @@
+"""``kalena simulate``: replay a day on a Kuberina-planned cluster through the real policy core.
+
+With no arguments: 24 simulated hours on the bundled Irina benchmark and its blueprint. Writes
+``report.json`` and PNG plots to ``--out`` and prints a summary table; ``--json`` prints the report
+(and nothing else) to stdout. Exit codes: 0 done; 1 the run broke the restoration invariant (its
+figures are invalid, seed 000 §6.3 metric 9); 2 bad input (one line per IR problem on stderr,
+``FILE: KEYPATH: MESSAGE (value: VALUE)``), a bad option or an unwritable output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kalena.core.cluster import Cluster
+from kalena.data import irina_paths
+from kalena.ir import IRError, load_cluster
+from kalena.sim import SimConfig, Simulation, build_report, compare_reports
+
+EXIT_INVARIANT = 1
+EXIT_BAD_INPUT = 2
+
+
+class Estimator(StrEnum):
+    decay = "decay"
+    peak = "peak"
+    histogram = "histogram"
+
+
+def _fail(lines: list[str]) -> typer.Exit:
+    for line in lines:
+        typer.echo(line, err=True)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _cluster(infra: Path | None, workloads: Path | None, blueprint: Path | None) -> Cluster:
+    given = [p for p in (infra, workloads, blueprint) if p is not None]
+    if not given:
+        return load_cluster(*irina_paths())
+    if len(given) != 3:
+        raise _fail(["simulate needs all three IR documents: --infra, --workloads and --blueprint"])
+    try:
+        return load_cluster(infra, workloads, blueprint)  # type: ignore[arg-type]
+    except IRError as e:
+        raise _fail([p.render() for p in e.problems]) from None
+
+
+def _run(cluster: Cluster, config: SimConfig, label: str, show: bool) -> Simulation:
+    try:
+        sim = Simulation(cluster, config)
+    except ValueError as e:  # a blueprint the ledger refuses (e.g. it overfills a node)
+        raise _fail([f"cannot simulate this cluster: {e}"]) from None
+    if not show:
+        sim.run()
+        return sim
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} simulated min"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=config.ticks * config.tick_s / 60.0)
+        sim.run(lambda k, _total: bar.update(task, completed=k * config.tick_s / 60.0))
+    return sim
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.4f}" if abs(value) < 10 else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+ROWS: tuple[tuple[str, str], ...] = (
+    ("Work in reclaimed capacity", "reclaimed_work_fraction"),
+    ("Reclaimed cpu (core-hours)", "reclaimed_cpu_core_hours"),
+    ("Reclaimed ram (GiB-hours)", "reclaimed_ram_gib_hours"),
+    ("Batch cpu used (core-hours)", "batch_cpu_core_hours"),
+    ("Production cpu used (core-hours)", "production_cpu_core_hours"),
+    ("Batch tasks completed", "batch_tasks_completed"),
+    ("Batch tasks pending at the end", "batch_tasks_pending_at_end"),
+    ("Completion-time inflation p50", "completion_time_inflation.p50"),
+    ("Completion-time inflation p90", "completion_time_inflation.p90"),
+    ("Evictions: reservation ledger", "evictions.reservation-ledger-breach"),
+    ("Evictions: limit breach", "evictions.limit-breach"),
+    ("Evictions: escalation drain", "evictions.escalation-drain"),
+    ("Production OOM kills", "production_oom_kills"),
+    ("Production cpu unmet (core-seconds)", "production_unmet_cpu_core_seconds"),
+    ("Pareto reserve yield", "pareto_reserve_yield"),
+    ("Restoration violations", "restoration_violations"),
+    ("Wall seconds", "wall_seconds"),
+)
+
+
+def _get(report: dict[str, Any], path: str) -> Any:
+    value: Any = report
+    for part in path.split("."):
+        value = value.get(part, "-") if isinstance(value, dict) else "-"
+    return value
+
+
+def _table(arms: list[tuple[str, dict[str, Any]]]) -> Table:
+    first = arms[0][1]
+    hours = first["simulated_seconds"] / 3600.0
+    c = first["cluster"]
+    title = (
+        f"kalena simulate: {hours:g} h on {c['nodes']} nodes, {c['production_workloads']:,} production pods, "
+        f"seed {first['seed']}, {first['estimator']} estimator"
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric", style="bold")
+    for name, _ in arms:
+        table.add_column(name, justify="right")
+    for label, path in ROWS:
+        table.add_row(label, *(_fmt(_get(r, path)) for _, r in arms))
+    return table
+
+
+def simulate(
+    hours: Annotated[float, typer.Option(help="Simulated hours.", min=0.01)] = 24.0,
+    seed: Annotated[int, typer.Option(help="Seed of every random draw (same seed, same report).", min=0)] = 0,
+    estimator: Annotated[Estimator, typer.Option(help="Reservation estimator.")] = Estimator.decay,
+    infra: Annotated[
+        Path | None, typer.Option(help="Infrastructure document (default: bundled Irina).")
+    ] = None,
+    workloads: Annotated[Path | None, typer.Option(help="Workloads document.")] = None,
+    blueprint: Annotated[Path | None, typer.Option(help="Blueprint document.")] = None,
+    no_reclaim: Annotated[
+        bool, typer.Option("--no-reclaim", help="Disable reclamation (the baseline arm).")
+    ] = False,
+    compare: Annotated[
+        bool, typer.Option("--compare", help="Run both arms and show them side by side.")
+    ] = False,
+    out: Annotated[Path, typer.Option(help="Folder for report.json and the PNG plots.")] = Path("out"),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print report.json to stdout and nothing else.")
+    ] = False,
+    plots: Annotated[bool, typer.Option(help="Write the PNG plots.")] = True,
+) -> None:
+    """Replay a day on the cluster through the real policy core (default: 24 h on bundled Irina)."""
+    if compare and no_reclaim:
+        raise _fail(["--compare already runs the --no-reclaim arm; give one of them"])
+    cluster = _cluster(infra, workloads, blueprint)
+    base = SimConfig(hours=hours, seed=seed, estimator=estimator.value, reclaim=not no_reclaim)
+    show = not as_json
+    sim = _run(cluster, base, "reclaim off" if no_reclaim else "reclaim on", show)
+    report = build_report(sim)
+    arms = [("reclaim off" if no_reclaim else "reclaim on", report)]
+    if compare:
+        other = _run(
+            cluster,
+            SimConfig(hours=hours, seed=seed, estimator=estimator.value, reclaim=False),
+            "reclaim off",
+            show,
+        )
+        other_report = build_report(other)
+        arms.append(("reclaim off", other_report))
+        report = compare_reports(arms[0][1], other_report)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        written = [out / "report.json"]
+        if plots:
+            from kalena.sim.plots import write_plots  # matplotlib loads only when plots are wanted
+
+            written += write_plots(sim, out)
+    except OSError as e:
+        raise _fail([f"{out}: cannot write the report: {e.strerror or e}"]) from None
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        console = Console(highlight=False)
+        console = console if console.is_terminal else Console(highlight=False, width=160)
+        console.print(_table(arms))
+        console.print("wrote " + ", ".join(str(p) for p in written))
+        anchor = report["reclaimed_work_fraction"]
+        console.print(
+            f"{100 * anchor:.1f} % of all cpu work ran in reclaimed capacity "
+            "(Borg's anchor: about 20 % of a median cell's workload)."
+        )
+    if report["restoration_violations"]:
+        typer.echo(
+            f"restoration invariant violated {report['restoration_violations']} times: figures invalid",
+            err=True,
+        )
+        raise typer.Exit(EXIT_INVARIANT)

@@ -1,0 +1,128 @@
+"""PNG plots of a run (matplotlib, Agg backend): the slack view and the reservation-accuracy CDFs.
+
+* ``slack_cluster.png`` and ``slack_node.png``: Borg's Figure 12 view of cpu over the run: capacity,
+  the sum of requests (Borg's "limit"; seed 000 Appendix A maps it to the Kubernetes request), the
+  sum of reservations and the sum of usage, with production's own usage for contrast. The gap
+  between requests and reservations is what Kalena reclaims.
+* ``reservation_cdf.png``: CDFs over production pods and samples of reservation/request and
+  usage/request, for cpu and ram (seed 000 §6.3 metric 6).
+
+The representative node is the active node whose time-mean gap between requests and
+reservations is the median among active nodes (ties: lowest index).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from kalena.core.resources import CPU
+from kalena.sim.engine import Simulation
+
+COLOURS = {"capacity": "#222222", "requests": "#d62728", "reservations": "#1f77b4", "usage": "#2ca02c"}
+
+
+def representative_node(sim: Simulation) -> int:
+    m = sim.metrics
+    k = m.samples
+    active = np.flatnonzero(m.active)
+    if not len(active):
+        return 0
+    gap = (m.node[:k, active, 0] - m.node[:k, active, 1]).mean(axis=0)
+    order = sorted(range(len(active)), key=lambda i: (float(gap[i]), int(active[i])))
+    return int(active[order[len(order) // 2]])
+
+
+def _slack_axes(ax, hours, capacity, requests, reservations, usage, production=None) -> None:  # type: ignore[no-untyped-def]
+    ax.plot(hours, capacity, color=COLOURS["capacity"], lw=1.6, label="capacity (after Phase 0)")
+    ax.plot(hours, requests, color=COLOURS["requests"], lw=1.3, label="sum of requests (Borg's limit)")
+    ax.plot(hours, reservations, color=COLOURS["reservations"], lw=1.3, label="sum of reservations")
+    ax.plot(hours, usage, color=COLOURS["usage"], lw=1.0, label="sum of usage")
+    if production is not None:
+        ax.plot(hours, production, color=COLOURS["usage"], lw=0.9, ls="--", label="production usage")
+    ax.fill_between(
+        hours,
+        reservations,
+        requests,
+        where=requests > reservations,
+        color=COLOURS["reservations"],
+        alpha=0.08,
+    )
+    ax.set_xlabel("simulated hours")
+    ax.set_ylabel("cpu cores")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+
+
+def slack_plots(sim: Simulation, out: Path) -> list[Path]:
+    m = sim.metrics
+    k = m.samples
+    hours = m.t[:k] / 3600.0
+    arm = "reclamation on" if sim.cfg.reclaim else "reclamation off"
+    paths = []
+    fig, ax = plt.subplots(figsize=(10, 5))
+    c = m.cluster[:k]
+    _slack_axes(ax, hours, c[:, 0], c[:, 1], c[:, 2], c[:, 3], c[:, 4])
+    ax.set_title(f"Cluster cpu, {sim.ledger.n_nodes} nodes ({arm}): the slack view (Borg Fig. 12)")
+    fig.tight_layout()
+    paths.append(out / "slack_cluster.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    n = representative_node(sim)
+    fig, ax = plt.subplots(figsize=(10, 5))
+    cap = np.full(k, float(sim.cap[n, CPU]))
+    _slack_axes(ax, hours, cap, m.node[:k, n, 0], m.node[:k, n, 1], m.node[:k, n, 2])
+    ax.set_title(
+        f"Node {sim.ledger.nodes[n].name} cpu ({arm}): median requests-to-reservations gap among active nodes"
+    )
+    fig.tight_layout()
+    paths.append(out / "slack_node.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
+
+
+def accuracy_plot(sim: Simulation, out: Path) -> Path | None:
+    acc = sim.metrics.accuracy_arrays()
+    if not len(acc["cpu_reservation"]):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    for ax, dim in zip(axes, ("cpu", "ram"), strict=True):
+        for key, label, colour in (
+            (f"{dim}_reservation", "reservation / request", COLOURS["reservations"]),
+            (f"{dim}_usage", "usage / request", COLOURS["usage"]),
+        ):
+            x = np.sort(acc[key])
+            y = np.arange(1, len(x) + 1) / len(x)
+            ax.plot(x, y, color=colour, lw=1.5, label=label)
+        ax.axvline(1.0, color=COLOURS["requests"], lw=1.0, ls=":", label="request")
+        ax.set_xlim(0, max(1.6, float(np.quantile(acc[f"{dim}_reservation"], 0.995)) * 1.05))
+        ax.set_xlabel(f"{dim}: fraction of request")
+        ax.set_title(f"{dim}")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    axes[0].set_ylabel("CDF over production pods and samples")
+    fig.suptitle(
+        f"Reservation accuracy ({sim.cfg.estimator} estimator), "
+        f"every {sim.cfg.accuracy_every_s:g} s past startup grace"
+    )
+    fig.tight_layout()
+    path = out / "reservation_cdf.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(sim: Simulation, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = slack_plots(sim, out)
+    acc = accuracy_plot(sim, out)
+    return paths + ([acc] if acc is not None else [])

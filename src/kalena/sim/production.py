@@ -1,0 +1,108 @@
+"""Synthetic usage for production pods: a diurnal profile with noise and bursts, vectorised over pods.
+
+Each pod ``p`` with requests ``R`` draws, once (parameters in :class:`kalena.sim.params.ProductionParams`):
+
+* ``(mu, pi, nu, kappa)`` from the Gaussian copula with empirical marginals: cpu mean, cpu peak
+  (the request-to-peak ratio), ram mean and ram peak, each over its request;
+* amplitude ``A`` ~ N(A_mean, A_sd) clipped to [0, 0.9], peak hour ``h`` ~ N(h_mean, h_sd);
+* burst rate ``f`` (per hour) ~ lognormal (the burst frequency).
+
+At simulated time ``t`` (seconds), with ``D(t) = 1 + A sin(2 pi (t/3600 - h + 6) / 24)`` (peaks at hour
+``h``) and AR(1) log-noise ``x_t = a x_{t-1} + sqrt(1 - a^2) s z_t``, ``a = exp(-dt / tau)``::
+
+    cpu_t = R_cpu * mu * D(t) * exp(x_t - s^2 / 2)          (unit-mean noise)
+    cpu_t = max(cpu_t, R_cpu * pi)                           while bursting
+    ram_t = R_ram * nu * (1 + A_ram sin(...)) * exp(y_t - s_ram^2 / 2)
+    ram_t = max(ram_t, R_ram * kappa)                        while bursting
+
+A burst starts with probability ``1 - exp(-f dt / 3600)`` per step and continues with probability
+``exp(-dt / burst_duration)``. Storage follows ram's factor and disk/network cpu's; gpu usage is the
+request (devices are held, not shared). Every step draws the same number of random numbers, so two
+runs that share a seed see identical production usage whatever else differs between them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kalena.core.resources import CPU, DISK_READ, DISK_WRITE, GPU, NDIM, NET_IN, NET_OUT, RAM, STORAGE
+from kalena.sim.params import TABLE_LEVELS, ProductionParams
+
+
+def normal_cdf(z: np.ndarray) -> np.ndarray:
+    """Phi(z) = (1 + erf(z / sqrt 2)) / 2, element-wise."""
+    flat = np.asarray(z, dtype=np.float64).ravel()
+    out = np.array([0.5 * (1.0 + math.erf(v / math.sqrt(2.0))) for v in flat])
+    return out.reshape(np.shape(z))
+
+
+def copula_draw(tables: np.ndarray, corr: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n draws (n, k) of a Gaussian copula: z ~ N(0, corr), x_j = Q_j(Phi(z_j)), Q_j a table's inverse CDF."""
+    z = rng.multivariate_normal(np.zeros(len(corr)), corr, size=n)
+    u = normal_cdf(z)
+    return np.column_stack([np.interp(u[:, j], TABLE_LEVELS, tables[j]) for j in range(len(tables))])
+
+
+_CPU_LIKE = (CPU, DISK_READ, DISK_WRITE, NET_IN, NET_OUT)
+_RAM_LIKE = (RAM, STORAGE)
+
+
+class ProductionUsage:
+    """The usage process of P production pods (rows in ledger order)."""
+
+    def __init__(
+        self,
+        requests: np.ndarray,
+        params: ProductionParams,
+        rng: np.random.Generator,
+        step_rng: np.random.Generator | None = None,
+    ) -> None:
+        """Draw every pod's profile from ``rng``; each step's noise from ``step_rng`` (default ``rng``)."""
+        self.requests = np.asarray(requests, dtype=np.float64)
+        self.params = params
+        self.rng = rng if step_rng is None else step_rng
+        n = self.n = len(self.requests)
+        lo, hi = params.ratio_bounds
+        ratios = copula_draw(params.copula_tables, params.copula_corr, n, rng)
+        np.clip(ratios, lo, hi, out=ratios)
+        self.mu, self.pi, self.nu, self.kappa = ratios.T.copy()
+        self.amplitude = np.clip(rng.normal(params.amplitude_mean, params.amplitude_sd, n), 0.0, 0.9)
+        self.peak_hour = rng.normal(params.peak_hour_mean, params.peak_hour_sd, n)
+        mu_f, sd_f = params.burst_rate_log
+        self.burst_rate = np.exp(rng.normal(mu_f, sd_f, n))  # bursts per hour
+        self.x = rng.normal(0.0, params.noise_log_sd, n)  # start in the stationary distribution
+        self.y = rng.normal(0.0, params.ram_noise_log_sd, n)
+        self.bursting = np.zeros(n, dtype=bool)
+
+    def restart(self, pods: np.ndarray) -> None:
+        """A killed pod restarts: its noise and burst state start afresh (its profile stays)."""
+        self.x[pods] = 0.0
+        self.y[pods] = 0.0
+        self.bursting[pods] = False
+
+    def step(self, t: float, dt: float) -> np.ndarray:
+        """Usage at time ``t`` after a step of ``dt`` seconds, shape (P, 8)."""
+        p, rng, n = self.params, self.rng, self.n
+        z = rng.standard_normal((2, n))
+        u = rng.random((2, n))
+        a = np.exp(-dt / p.noise_tau_s)
+        self.x = a * self.x + np.sqrt(1.0 - a * a) * p.noise_log_sd * z[0]
+        b = np.exp(-dt / p.ram_noise_tau_s)
+        self.y = b * self.y + np.sqrt(1.0 - b * b) * p.ram_noise_log_sd * z[1]
+        start = u[0] < -np.expm1(-self.burst_rate * dt / 3600.0)
+        stay = u[1] < np.exp(-dt / p.burst_duration_s)
+        self.bursting = np.where(self.bursting, stay, start)
+        phase = np.sin(2.0 * np.pi * (t / 3600.0 - self.peak_hour + 6.0) / 24.0)
+        cpu_f = self.mu * (1.0 + self.amplitude * phase) * np.exp(self.x - p.noise_log_sd**2 / 2.0)
+        ram_f = self.nu * (1.0 + p.ram_amplitude * phase) * np.exp(self.y - p.ram_noise_log_sd**2 / 2.0)
+        cpu_f = np.where(self.bursting, np.maximum(cpu_f, self.pi), cpu_f)
+        ram_f = np.where(self.bursting, np.maximum(ram_f, self.kappa), ram_f)
+        out = np.empty((n, NDIM))
+        for d in _CPU_LIKE:
+            out[:, d] = self.requests[:, d] * cpu_f
+        for d in _RAM_LIKE:
+            out[:, d] = self.requests[:, d] * ram_f
+        out[:, GPU] = self.requests[:, GPU]
+        return out

@@ -1,0 +1,159 @@
+"""``report.json``: every metric of a run as plain data (definitions in metrics.py and README.md).
+
+Keys that scripts may rely on (issue 3): ``reclaimed_work_fraction``, ``reclaimed_cpu_core_hours``,
+``batch_cpu_core_hours``, ``batch_tasks_completed``, ``evictions`` (an object by cause),
+``production_oom_kills``, ``production_unmet_cpu_core_seconds``, ``restoration_violations``,
+``simulated_seconds``, ``wall_seconds``, ``seed``. Everything but ``wall_seconds`` is a function of
+the inputs and the seed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from kalena.core.enforcement import EvictionCause
+from kalena.core.placement import SchedulingContext, why_pending
+from kalena.core.placement.state import PassState
+from kalena.core.resources import CPU, RAM
+from kalena.sim.engine import DONE, PENDING, RUNNING, Simulation
+
+WHY_PENDING_EXAMPLES = 3
+
+
+def _r(x: float, digits: int = 6) -> float:
+    return float(round(float(x), digits)) if math.isfinite(x) else float(x)
+
+
+def _quantiles(values: np.ndarray, qs: tuple[float, ...] = (0.1, 0.5, 0.9, 0.99)) -> dict[str, float]:
+    if len(values) == 0:
+        return {"n": 0}
+    out: dict[str, float] = {"n": len(values), "mean": _r(values.mean())}
+    for q in qs:
+        out[f"p{round(q * 100)}"] = _r(np.quantile(values, q))
+    return out
+
+
+def _accuracy(sim: Simulation) -> dict[str, Any]:
+    acc = sim.metrics.accuracy_arrays()
+    out: dict[str, Any] = {}
+    for dim in ("cpu", "ram"):
+        r, u = acc[f"{dim}_reservation"], acc[f"{dim}_usage"]
+        out[dim] = {
+            "reservation_over_request": _quantiles(r, (0.1, 0.5, 0.9)),
+            "usage_over_request": _quantiles(u, (0.1, 0.5, 0.9)),
+            # the area between the two CDFs: how far reservations sit above usage, in requests
+            "overestimation_area": _r(float((r - u).mean())) if len(r) else None,
+            "under_reserved_fraction": _r(float((u > r).mean())) if len(r) else None,
+        }
+    return out
+
+
+def _why_pending(sim: Simulation) -> list[str]:
+    """The core's why-pending answer for the first few classes still pending at the end."""
+    out = []
+    keys = list(sim.queue.classes)[:WHY_PENDING_EXAMPLES]
+    if not keys:
+        return out
+    shell = sim.shell
+    nodes, prod_aa, _ = shell.cache.bind(sim.ledger, shell.config)
+    ctx = SchedulingContext(
+        now=sim.now, cooldowns=shell.cooldowns, blacklist=shell.blacklist, eligible=shell.eligible(sim.now)
+    )
+    state = PassState(sim.ledger, ctx, shell.config, nodes, prod_aa, None)
+    for key in keys:
+        pod = sim.tasks.specs[sim.queue.classes[key][0]]
+        out.append(f"{pod.id}: {why_pending(pod, state).message}")
+    return out
+
+
+def build_report(sim: Simulation) -> dict[str, Any]:
+    """The report of a finished run."""
+    m, ts, tasks, led, cfg = sim.metrics, sim.ts, sim.tasks, sim.ledger, sim.cfg
+    s = m.sums
+    total_work = s["production_cpu"] + s["batch_cpu"]
+    done = ts.state == DONE
+    fresh = done & ~tasks.warm
+    inflation = (ts.finish[fresh] - tasks.submit[fresh]) / tasks.nominal[fresh]
+    cap = sim.cap
+    finite = np.isfinite(cap)
+    evictions = {c.value: int(m.evictions.get(c.value, 0)) for c in EvictionCause}
+    throttled = ts.throttled_s.copy()
+    running = np.flatnonzero(ts.state == RUNNING)
+    throttled[running] += sim.table.throttled_total[ts.row[running]]
+    counts = m.counts
+    return {
+        "seed": cfg.seed,
+        "reclaim": cfg.reclaim,
+        "estimator": cfg.estimator,
+        "simulated_seconds": _r(cfg.ticks * cfg.tick_s),
+        "tick_seconds": cfg.tick_s,
+        "wall_seconds": _r(sim.wall_seconds, 3),
+        "cluster": {
+            "nodes": led.n_nodes,
+            "active_nodes": int(m.active.sum()),
+            "production_workloads": led.production_count,
+            "cpu_capacity_cores": _r(cap[:, CPU][finite[:, CPU]].sum()),
+            "cpu_requested_cores": _r(led.request_sum[:, CPU].sum()),
+            "ram_capacity_gib": _r(cap[:, RAM][finite[:, RAM]].sum()),
+            "ram_requested_gib": _r(led.request_sum[:, RAM].sum()),
+        },
+        "reclaimed_work_fraction": _r(s["reclaimed_work"] / total_work if total_work else 0.0),
+        "reclaimed_cpu_core_hours": _r(s["reclaimed_cpu"] / 3600.0),
+        "reclaimed_ram_gib_hours": _r(s["reclaimed_ram"] / 3600.0),
+        "batch_cpu_core_hours": _r(s["batch_cpu"] / 3600.0),
+        "production_cpu_core_hours": _r(s["production_cpu"] / 3600.0),
+        "batch_share_of_work": _r(s["batch_cpu"] / total_work if total_work else 0.0),
+        "batch_tasks_submitted": int(np.count_nonzero(ts.state != 0)),
+        "batch_tasks_warm_start": int(tasks.warm.sum()),
+        "batch_tasks_completed": int(done.sum()),
+        "batch_tasks_running_at_end": int(np.count_nonzero(ts.state == RUNNING)),
+        "batch_tasks_pending_at_end": int(np.count_nonzero(ts.state == PENDING)),
+        "completion_time_inflation": _quantiles(inflation),
+        "batch_throttled_seconds": {
+            "total": _r(throttled.sum()),
+            "per_task": _quantiles(throttled[ts.state != 0], (0.5, 0.9, 0.99)),
+        },
+        "evictions": evictions,
+        "evictions_total": sum(evictions.values()),
+        "production_evictions": int(counts["production_evictions"]),
+        "production_evictions_without_override": int(counts["production_evictions_without_override"]),
+        "production_oom_kills": int(counts["production_oom_kills"]),
+        "batch_oom_kills": int(counts["batch_oom_kills"]),
+        "escalations": int(counts["escalations"]),
+        "production_unmet_cpu_core_seconds": _r(s["unmet"]),
+        "production_capped_cpu_core_seconds": _r(s["capped"]),
+        "reservation_accuracy": _accuracy(sim),
+        "pareto_reserve_yield": _r(s["reserve_used"] / s["reserve"] if s["reserve"] else 0.0),
+        "restoration_violations": int(counts["restoration_violations"]),
+        "restoration_violation_examples": list(m.violations),
+        "throttle_audit": {
+            "nodes_checked": int(counts["throttle_audits"]),
+            "mismatches": int(counts["throttle_audit_mismatches"]),
+        },
+        "mitigation": {
+            "throttle_core_plans": int(counts["throttle_core_plans"]),
+            "starvation_rounds": int(counts["starvation_rounds"]),
+            "starvation_service_caps": int(counts["starvation_caps"]),
+            "stale_evictions": int(counts["stale_evictions"]),
+        },
+        "placement": dict(sim.shell.stats),
+        "why_pending_examples": _why_pending(sim),
+    }
+
+
+def compare(reclaim: dict[str, Any], no_reclaim: dict[str, Any]) -> dict[str, Any]:
+    """The reclaim arm's report with the other arm nested under ``no_reclaim`` and the differences."""
+    out = dict(reclaim)
+    out["no_reclaim"] = no_reclaim
+    gain = reclaim["batch_cpu_core_hours"] - no_reclaim["batch_cpu_core_hours"]
+    out["comparison"] = {
+        "extra_batch_cpu_core_hours": _r(gain),
+        "extra_batch_tasks_completed": reclaim["batch_tasks_completed"] - no_reclaim["batch_tasks_completed"],
+        "extra_production_unmet_cpu_core_seconds": _r(
+            reclaim["production_unmet_cpu_core_seconds"] - no_reclaim["production_unmet_cpu_core_seconds"]
+        ),
+    }
+    return out

@@ -1,0 +1,108 @@
+"""What the simulator keeps per ledger row, beside the ledger's own row arrays.
+
+The ledger stores each resident workload in a row (``Ledger.row_of``; rows are reused after a
+removal). The simulator keeps its own columns indexed by the same row numbers, so that a tick is
+whole-array arithmetic: usage, limits, cpu quotas and weights, the batch task a row holds, and the
+throttled-time ring of the anti-starvation window. It grows with the ledger's row store.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kalena.core.resources import NDIM
+
+FREE, PRODUCTION, BATCH = 0, 1, 2
+
+
+class RowTable:
+    """Columns over ``capacity`` rows; ``kind`` says what each row holds now."""
+
+    def __init__(self, capacity: int, window: int) -> None:
+        self.window = window
+        self.kind = np.zeros(capacity, dtype=np.int8)
+        self.task = np.full(capacity, -1, dtype=np.int64)
+        self.usage = np.full((capacity, NDIM), np.nan)
+        self.limit = np.full((capacity, NDIM), np.inf)  # enforcement limit (inf = none)
+        self.demand = np.zeros(capacity)  # cpu cores wanted
+        self.quota = np.full(capacity, np.inf)  # batch cpu quota (cores)
+        self.floor = np.zeros(capacity)  # anti-starvation quota floor (batch)
+        self.cap = np.full(capacity, np.inf)  # anti-starvation cap (service)
+        self.weight = np.ones(capacity)  # cgroup v2 cpu.weight
+        self.started = np.full(capacity, -np.inf)
+        self.slack_cpu = np.ones(capacity, dtype=bool)
+        self.ids = np.full(capacity, "", dtype=object)  # workload id (snapshots)
+        self.keys = np.full(capacity, "", dtype=object)  # equivalence key (snapshots)
+        self.priority = np.zeros(capacity, dtype=np.int64)
+        self.work = np.zeros(capacity)  # batch: core-seconds done since its start
+        self.work_total = np.full(capacity, np.inf)  # batch: core-seconds it needs
+        self.startup_until = np.full(capacity, np.inf)  # batch: no progress before this time
+        self.throttled_total = np.zeros(capacity)  # batch: throttled seconds since its start
+        self.throttled = np.zeros((capacity, window))  # throttled seconds per tick, a ring over the window
+
+    @property
+    def capacity(self) -> int:
+        return len(self.kind)
+
+    def grow(self, capacity: int) -> None:
+        """Extend every column to ``capacity`` rows with free-row values."""
+        extra = capacity - self.capacity
+        if extra <= 0:
+            return
+        self.kind = np.concatenate((self.kind, np.zeros(extra, dtype=np.int8)))
+        self.task = np.concatenate((self.task, np.full(extra, -1, dtype=np.int64)))
+        self.usage = np.concatenate((self.usage, np.full((extra, NDIM), np.nan)))
+        self.limit = np.concatenate((self.limit, np.full((extra, NDIM), np.inf)))
+        self.demand = np.concatenate((self.demand, np.zeros(extra)))
+        self.quota = np.concatenate((self.quota, np.full(extra, np.inf)))
+        self.floor = np.concatenate((self.floor, np.zeros(extra)))
+        self.cap = np.concatenate((self.cap, np.full(extra, np.inf)))
+        self.weight = np.concatenate((self.weight, np.ones(extra)))
+        self.started = np.concatenate((self.started, np.full(extra, -np.inf)))
+        self.slack_cpu = np.concatenate((self.slack_cpu, np.ones(extra, dtype=bool)))
+        self.ids = np.concatenate((self.ids, np.full(extra, "", dtype=object)))
+        self.keys = np.concatenate((self.keys, np.full(extra, "", dtype=object)))
+        self.priority = np.concatenate((self.priority, np.zeros(extra, dtype=np.int64)))
+        self.work = np.concatenate((self.work, np.zeros(extra)))
+        self.work_total = np.concatenate((self.work_total, np.full(extra, np.inf)))
+        self.startup_until = np.concatenate((self.startup_until, np.full(extra, np.inf)))
+        self.throttled_total = np.concatenate((self.throttled_total, np.zeros(extra)))
+        self.throttled = np.concatenate((self.throttled, np.zeros((extra, self.window))))
+
+    def describe(self, rows: np.ndarray, specs: list) -> None:  # type: ignore[type-arg]
+        """Copy what snapshots read from the specs (id, equivalence key, priority, slack-cpu) into rows."""
+        self.ids[rows] = [s.id for s in specs]
+        self.keys[rows] = [s.equivalence_key for s in specs]
+        self.priority[rows] = [s.priority for s in specs]
+        self.slack_cpu[rows] = [s.slack_cpu for s in specs]
+
+    def free(self, row: int) -> None:
+        """The row's workload left: reset it to free-row values."""
+        self.kind[row] = FREE
+        self.task[row] = -1
+        self.usage[row] = np.nan
+        self.limit[row] = np.inf
+        self.demand[row] = 0.0
+        self.quota[row] = np.inf
+        self.floor[row] = 0.0
+        self.cap[row] = np.inf
+        self.weight[row] = 1.0
+        self.started[row] = -np.inf
+        self.slack_cpu[row] = True
+        self.ids[row] = ""
+        self.keys[row] = ""
+        self.priority[row] = 0
+        self.work[row] = 0.0
+        self.work_total[row] = np.inf
+        self.startup_until[row] = np.inf
+        self.throttled_total[row] = 0.0
+        self.throttled[row] = 0.0
+
+
+def cpu_weight(request_cores: np.ndarray) -> np.ndarray:
+    """Kubernetes' cgroup v2 ``cpu.weight`` of a pod from its cpu request.
+
+    shares = max(2, round(1024 * R)), weight = 1 + (shares - 2) * 9999 // 262142 (kubelet's mapping).
+    """
+    shares = np.maximum(2, np.rint(1024.0 * np.asarray(request_cores)))
+    return 1.0 + np.floor((shares - 2.0) * 9999.0 / 262142.0)

@@ -1,0 +1,196 @@
+"""``kalena simulate``: the README's first command on the bundled Irina data, options, outputs, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kalena.cli.main import app
+
+runner = CliRunner()
+
+REQUIRED_KEYS = (
+    "reclaimed_work_fraction",
+    "reclaimed_cpu_core_hours",
+    "batch_cpu_core_hours",
+    "batch_tasks_completed",
+    "evictions",
+    "production_oom_kills",
+    "production_unmet_cpu_core_seconds",
+    "restoration_violations",
+    "simulated_seconds",
+    "wall_seconds",
+    "seed",
+)
+PNG = b"\x89PNG\r\n\x1a\n"
+V1I = "apiVersion: kuberina.io/v1\nkind: Infrastructure\n"
+V1W = "apiVersion: kuberina.io/v1\nkind: Workloads\n"
+V1B = "apiVersion: kuberina.io/v1\nkind: Blueprint\n"
+
+
+def kalena(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "kalena.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=900,
+    )
+
+
+def check_invariants(report: dict) -> None:
+    for key in REQUIRED_KEYS:
+        assert key in report, key
+    assert report["restoration_violations"] == 0
+    assert report["production_evictions_without_override"] == 0
+    assert set(report["evictions"]) == {"limit-breach", "reservation-ledger-breach", "escalation-drain"}
+    assert 0.0 <= report["reclaimed_work_fraction"] <= 1.0
+    assert report["throttle_audit"]["mismatches"] == 0
+
+
+def test_readme_first_command_on_the_bundled_irina_data(tmp_path):
+    """``kalena simulate`` with its defaults, shortened to a quarter hour for the unit suite."""
+    r = kalena("simulate", "--hours", "0.25", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    check_invariants(report)
+    c = report["cluster"]
+    assert (c["nodes"], c["production_workloads"], c["active_nodes"]) == (186, 2714, 152)
+    assert report["simulated_seconds"] == 900 and report["seed"] == 0 and report["reclaim"] is True
+    assert report["batch_cpu_core_hours"] > 0 and report["reclaimed_cpu_core_hours"] > 0
+    for png in ("slack_cluster.png", "slack_node.png", "reservation_cdf.png"):
+        assert (tmp_path / "out" / png).read_bytes()[:8] == PNG, png
+    assert "Work in reclaimed capacity" in r.stdout and "Borg's anchor" in r.stdout
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_readme_first_command_full_default_day(tmp_path):
+    """The main job exactly as the README runs it: 24 simulated hours on Irina (speed is not asserted)."""
+    r = kalena("simulate", "--no-plots", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    check_invariants(report)
+    assert report["simulated_seconds"] == 86400
+    assert report["batch_tasks_completed"] > 0 and report["reclaimed_cpu_core_hours"] > 0
+
+
+def test_json_prints_the_report_and_nothing_else(tmp_path):
+    res = runner.invoke(
+        app, ["simulate", "--hours", "0.1", "--seed", "3", "--json", "--no-plots", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    check_invariants(report)
+    assert report["seed"] == 3
+    assert json.loads((tmp_path / "report.json").read_text()) == report
+
+
+def test_same_seed_same_report_apart_from_wall_seconds(tmp_path):
+    out = []
+    for i in range(2):
+        res = runner.invoke(
+            app, ["simulate", "--hours", "0.1", "--json", "--no-plots", "--out", str(tmp_path / str(i))]
+        )
+        assert res.exit_code == 0, res.output
+        report = json.loads(res.stdout)
+        report.pop("wall_seconds")
+        out.append(report)
+    assert out[0] == out[1]
+
+
+def test_no_reclaim_reclaims_nothing(tmp_path):
+    res = runner.invoke(
+        app, ["simulate", "--hours", "0.1", "--no-reclaim", "--json", "--no-plots", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    check_invariants(report)
+    assert report["reclaim"] is False
+    assert report["reclaimed_cpu_core_hours"] == 0 and report["reclaimed_work_fraction"] == 0
+
+
+def test_compare_shows_both_arms_side_by_side(tmp_path):
+    res = runner.invoke(
+        app, ["simulate", "--hours", "0.1", "--compare", "--no-plots", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 0, res.output
+    assert "reclaim on" in res.stdout and "reclaim off" in res.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    check_invariants(report)
+    check_invariants(report["no_reclaim"])
+    assert report["reclaim"] is True and report["no_reclaim"]["reclaim"] is False
+    assert report["no_reclaim"]["reclaimed_cpu_core_hours"] == 0
+    assert "extra_batch_cpu_core_hours" in report["comparison"]
+
+
+def _ir(tmp_path: Path, infra: str, workloads: str, blueprint: str) -> list[str]:
+    paths = []
+    for name, text in (("infra.yaml", infra), ("workloads.yaml", workloads), ("blueprint.yaml", blueprint)):
+        (tmp_path / name).write_text(text)
+        paths += [f"--{name.split('.')[0]}", str(tmp_path / name)]
+    return paths
+
+
+def _small_ir(tmp_path: Path) -> list[str]:
+    return _ir(
+        tmp_path,
+        V1I + "nodes:\n  - {name: n1, allocatable: {cpu: 16, ram: 64}}\n"
+        "  - {name: n2, allocatable: {cpu: 16, ram: 64}}\n",
+        V1W + "namespaces:\n  web:\n    - {name: api, replicas: 4, requests: {cpu: 2, ram: 4}}\n",
+        V1B + "metadata: {feasible: true, pods: 4, activeNodes: 2}\nsolution:\n"
+        "  web/api-0000: n1\n  web/api-0001: n1\n  web/api-0002: n2\n  web/api-0003: n2\n",
+    )
+
+
+def test_any_ir_documents_can_be_simulated(tmp_path):
+    args = _small_ir(tmp_path)
+    res = runner.invoke(
+        app, ["simulate", "--hours", "0.5", "--json", "--no-plots", "--out", str(tmp_path / "o"), *args]
+    )
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    check_invariants(report)
+    assert report["cluster"]["nodes"] == 2 and report["cluster"]["production_workloads"] == 4
+
+
+@pytest.mark.parametrize("estimator", ["decay", "peak", "histogram"])
+def test_estimator_option(tmp_path, estimator):
+    args = ["--hours", "0.2", "--estimator", estimator, "--json", "--no-plots", "--out", str(tmp_path / "o")]
+    res = runner.invoke(app, ["simulate", *args, *_small_ir(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["estimator"] == estimator
+
+
+def test_bad_ir_file_exits_2_with_problem_lines_and_no_traceback(tmp_path):
+    args = _ir(
+        tmp_path,
+        V1I + "nodes:\n  - {name: n1, allocatable: {cpu: 12x}, colour: red}\n",
+        V1W + "namespaces: {}\n",
+        V1B + "solution: {}\n",
+    )
+    r = kalena("simulate", "--hours", "0.1", *args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert "infra.yaml" in r.stderr and "colour" in r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+BAD_OPTIONS = [
+    ("compare-and-no-reclaim", ["--compare", "--no-reclaim"], "--compare"),
+    ("one-document-only", ["--infra", "x.yaml"], "all three IR documents"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), [c[1:] for c in BAD_OPTIONS], ids=[c[0] for c in BAD_OPTIONS])
+def test_bad_options_exit_2(tmp_path, args, message):
+    res = runner.invoke(app, ["simulate", "--hours", "0.1", "--out", str(tmp_path), *args])
+    assert res.exit_code == 2
+    assert message in res.output

@@ -1,0 +1,68 @@
+"""Production usage: copula marginals, the diurnal profile, bursts, determinism and restarts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from kalena.core.resources import CPU, GPU, NDIM, RAM
+from kalena.sim.params import TABLE_LEVELS, default_production
+from kalena.sim.production import ProductionUsage, copula_draw, normal_cdf
+
+
+def _requests(n: int) -> np.ndarray:
+    r = np.zeros((n, NDIM))
+    r[:, CPU], r[:, RAM], r[:, GPU] = 2.0, 8.0, 1.0
+    return r
+
+
+def test_normal_cdf_hand_values():
+    assert normal_cdf(np.array([0.0, 1.959964, -1.959964])).tolist() == pytest.approx(
+        [0.5, 0.975, 0.025], abs=1e-6
+    )
+
+
+def test_copula_draw_keeps_each_marginal():
+    p = default_production()
+    x = copula_draw(p.copula_tables, p.copula_corr, 40_000, np.random.default_rng(1))
+    for j in range(4):
+        for q in (0.25, 0.5, 0.75):
+            assert np.quantile(x[:, j], q) == pytest.approx(
+                np.interp(q, TABLE_LEVELS, p.copula_tables[j]), rel=0.05
+            )
+    # cpu mean and cpu peak are strongly rank-correlated in the trace (0.73): so are the draws
+    assert np.corrcoef(np.argsort(np.argsort(x[:, 0])), np.argsort(np.argsort(x[:, 1])))[0, 1] > 0.6
+
+
+def test_same_generators_same_usage_and_gpu_is_the_request():
+    a = ProductionUsage(
+        _requests(50), default_production(), np.random.default_rng(3), np.random.default_rng(4)
+    )
+    b = ProductionUsage(
+        _requests(50), default_production(), np.random.default_rng(3), np.random.default_rng(4)
+    )
+    for t in (10.0, 20.0, 30.0):
+        ua, ub = a.step(t, 10.0), b.step(t, 10.0)
+        assert np.array_equal(ua, ub)
+    assert np.all(ua[:, GPU] == 1.0) and np.all(ua[:, CPU] > 0) and np.all(ua[:, RAM] > 0)
+
+
+def test_mean_cpu_follows_the_diurnal_profile():
+    p = dataclasses.replace(default_production(), amplitude_mean=0.5, amplitude_sd=0.0, peak_hour_sd=0.0)
+    u = ProductionUsage(_requests(4000), p, np.random.default_rng(0))
+    u.burst_rate[:] = 0.0  # no bursts: the base profile only
+    peak = u.step(p.peak_hour_mean * 3600.0, 10.0)[:, CPU].mean()
+    trough = u.step((p.peak_hour_mean + 12.0) * 3600.0, 10.0)[:, CPU].mean()
+    assert peak / trough == pytest.approx(1.5 / 0.5, rel=0.15)
+
+
+def test_a_burst_raises_usage_to_the_peak_ratio_and_a_restart_ends_it():
+    u = ProductionUsage(_requests(200), default_production(), np.random.default_rng(0))
+    u.burst_rate[:] = 1e9  # every pod starts a burst this step
+    out = u.step(10.0, 10.0)
+    assert u.bursting.all()
+    assert np.all(out[:, CPU] >= 2.0 * u.pi - 1e-12) and np.all(out[:, RAM] >= 8.0 * u.kappa - 1e-12)
+    u.restart(np.arange(200))
+    assert not u.bursting.any() and np.all(u.x == 0) and np.all(u.y == 0)
