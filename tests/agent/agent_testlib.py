@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kalena.agent.layout import CgroupLayout, CgroupTree, LayoutError, detect, detect_layout
+from kalena.agent.layout import CgroupLayout, CgroupMode, CgroupTree, LayoutError, detect, detect_layout
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agent"
 
@@ -101,7 +101,10 @@ def real_tree_or_skip() -> CgroupTree:
         layout = detect()
     except (OSError, LayoutError) as e:
         pytest.skip(f"no cgroup hierarchy on this host: {e}")
-    tree = CgroupTree(layout, f"kalena-test-{uuid.uuid4().hex[:10]}")
+    # v2: under the hierarchy root (controllers are delegated there); v1/hybrid: under our own
+    # cgroups, so a sandboxed test stays inside its sandbox (see layout.default_root)
+    name = f"kalena-test-{uuid.uuid4().hex[:10]}"
+    tree = CgroupTree(layout, f"/{name}" if layout.mode is CgroupMode.V2 else name)
     for h in layout.hierarchies:
         try:
             tree.dir(h, "").mkdir(parents=True)

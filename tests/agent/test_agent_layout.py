@@ -14,6 +14,7 @@ from kalena.agent.layout import (
     Hierarchy,
     LayoutError,
     check_name,
+    default_root,
     detect_layout,
 )
 
@@ -112,3 +113,8 @@ def test_describe_names_every_hierarchy(fake_host):
     text = fake_host("hybrid").layout().describe()
     assert text.startswith("mode=hybrid")
     assert "memory=v1:" in text and "v2=" in text
+
+
+@pytest.mark.parametrize(("mode", "root"), [("v1", "kalena"), ("hybrid", "kalena"), ("v2", "/kalena")])
+def test_default_root(fake_host, mode, root):
+    assert default_root(fake_host(mode).layout()) == root

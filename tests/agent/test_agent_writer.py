@@ -223,13 +223,24 @@ def test_create_and_remove_in_every_hierarchy(fake_host):
     assert not any(tree.dir(h, "batch").exists() for h in tree.layout.hierarchies)
 
 
-def test_create_on_v2_enables_controllers_in_the_parent(fake_host):
+def test_create_on_v2_enables_controllers_only_inside_kalenas_root(fake_host):
     w, tree, _ = _writer(fake_host, "v2")
+    top = tree.layout.v2.mount_point
+    (top / "cgroup.subtree_control").write_text("cpu io memory pids\n")
+    out = w.create("", "Kalena's root")  # the hierarchy root's subtree_control is not Kalena's
+    assert [r.action for r in out] == ["mkdir"]
+    assert (top / "cgroup.subtree_control").read_text() == "cpu io memory pids\n"
     root = tree.dir(tree.layout.v2, "")
-    root.mkdir()
     (root / "cgroup.controllers").write_text("cpu io memory pids\n")
     (root / "cgroup.subtree_control").write_text("")
-    out = w.create("batch", "admit")
+    out = w.create("batch/j", "admit")  # two levels: the root enables for batch, batch for j
+    assert [(r.action, Path(r.path).name) for r in out] == [
+        ("write", "cgroup.subtree_control"),
+        ("write", "cgroup.subtree_control"),
+        ("write", "cgroup.subtree_control"),
+        ("mkdir", "batch"),
+        ("mkdir", "j"),  # batch/ is a plain folder here, offering no controllers to enable
+    ]
     # a plain folder is not a kernel file: each "+ctrl" write replaces the text
     assert [r.new for r in out if r.action == "write"] == ["+cpu", "+memory", "+io"]
 

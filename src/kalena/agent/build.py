@@ -19,7 +19,7 @@ from kalena.agent.cadvisor import CadvisorClient, CadvisorTelemetry
 from kalena.agent.cgroupfs import FsCgroupReader
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import Declaration
-from kalena.agent.layout import CgroupLayout, CgroupTree, detect
+from kalena.agent.layout import CgroupLayout, CgroupTree, default_root, detect
 from kalena.agent.loop import Agent
 from kalena.agent.notify import Notifier
 from kalena.agent.runtime import ProcessRuntime
@@ -33,7 +33,7 @@ def build_agent(
     state_dir: Path,
     *,
     config: AgentConfig | None = None,
-    cgroup_root: str = "kalena",
+    cgroup_root: str = "auto",
     layout: CgroupLayout | None = None,
     cadvisor_url: str | None = None,
     cadvisor_api: str = "v2.0",
@@ -41,9 +41,13 @@ def build_agent(
     declaration_path: Path | None = None,
     audit_writes: bool = True,
 ) -> Agent:
-    """An agent for this host (``layout`` detected unless given) keeping its files in ``state_dir``."""
+    """An agent for this host (``layout`` detected unless given) keeping its files in ``state_dir``.
+
+    ``cgroup_root="auto"`` is :func:`~kalena.agent.layout.default_root` for the layout.
+    """
     config = config or AgentConfig()
-    tree = CgroupTree(layout or detect(), cgroup_root)
+    layout = layout or detect()
+    tree = CgroupTree(layout, default_root(layout) if cgroup_root == "auto" else cgroup_root)
     state_dir.mkdir(parents=True, exist_ok=True)
     log = ActionLog(state_dir / "actions.jsonl")
 

@@ -167,6 +167,17 @@ def detect(proc: Path = Path("/proc/self")) -> CgroupLayout:
     return detect_layout((proc / "mountinfo").read_text(), (proc / "cgroup").read_text())
 
 
+def default_root(layout: CgroupLayout) -> str:
+    """Kalena's root when none is given: ``/kalena`` on a v2-only host, ``kalena`` otherwise.
+
+    On v2 the agent's own cgroup holds processes, so by the no-internal-process rule it cannot
+    hand controllers to children: the root goes under the hierarchy root, whose controllers the
+    host (systemd) delegates. On v1 and hybrid hosts each controller hierarchy is independent,
+    and nesting under the agent's own cgroups keeps Kalena inside whatever confines the agent.
+    """
+    return "/kalena" if layout.mode is CgroupMode.V2 else "kalena"
+
+
 class BadCgroupName(ValueError):
     """A cgroup name that could escape its parent (``..``, empty parts, control characters)."""
 

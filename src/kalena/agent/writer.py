@@ -328,11 +328,14 @@ class CgroupWriter:
 
     # -- cgroup lifecycle -----------------------------------------------------------------------
     def create(self, name: str, reason: str) -> tuple[WriteRecord, ...]:
-        """Make ``name`` (and missing managed parents) in every hierarchy Kalena uses.
+        """Make ``name`` (and its missing parents, one level at a time) in every hierarchy Kalena uses.
 
-        On a v2 hierarchy the parent's ``cgroup.subtree_control`` gets ``+cpu +memory +io``
-        (those its ``cgroup.controllers`` offers) so the new cgroup has the knobs; failures to
-        enable are recorded and the cgroup is still usable for membership and PSI.
+        On a v2 hierarchy each new cgroup's parent gets ``+cpu +memory +io`` in its
+        ``cgroup.subtree_control`` (those its ``cgroup.controllers`` offers) so the child has the
+        knobs, but only where that parent is Kalena's root or below it: the root's own parent is
+        not Kalena's to change, so the controllers must be delegated to the root by the host
+        (systemd does so for the hierarchy root). A failure to enable is recorded and the cgroup
+        is still usable for membership and PSI.
         """
         self.check(name)
         out = []
@@ -340,17 +343,21 @@ class CgroupWriter:
             target = self.tree.dir(h, name)
             if target.is_dir():
                 continue
-            if h.version == 2:
-                out.extend(self._enable_controllers(name, target.parent, reason))
-            try:
-                target.mkdir(parents=True)
-                out.append(self._record("mkdir", name, target, None, "", reason, "written"))
-            except FileExistsError:
-                pass
-            except OSError as e:
-                out.append(
-                    self._record("mkdir", name, target, None, "", reason, f"failed: {e.strerror or e}")
-                )
+            root = self.tree.dir(h, "")
+            chain = [target]
+            while not chain[-1].parent.is_dir() and chain[-1].parent != chain[-1]:
+                chain.append(chain[-1].parent)
+            for d in reversed(chain):
+                if h.version == 2 and (d.parent == root or root in d.parent.parents):
+                    out.extend(self._enable_controllers(name, d.parent, reason))
+                try:
+                    d.mkdir()
+                    out.append(self._record("mkdir", name, d, None, "", reason, "written"))
+                except FileExistsError:
+                    pass
+                except OSError as e:
+                    out.append(self._record("mkdir", name, d, None, "", reason, f"failed: {e.strerror or e}"))
+                    break
         return tuple(out)
 
     def _enable_controllers(self, name: str, parent: Path, reason: str) -> list[WriteRecord]:

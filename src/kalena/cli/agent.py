@@ -50,8 +50,12 @@ def run(
     state_dir: StateDir,
     runtime: Annotated[str, typer.Option("--runtime", help="Workload runtime: process.")] = "process",
     cgroup_root: Annotated[
-        str, typer.Option("--cgroup-root", help="Kalena's root cgroup (relative: under the agent's own).")
-    ] = "kalena",
+        str,
+        typer.Option(
+            "--cgroup-root",
+            help="Kalena's root cgroup (relative: under the agent's own); auto: /kalena on v2, else kalena.",
+        ),
+    ] = "auto",
     telemetry: Annotated[str, typer.Option("--telemetry", help="cgroupfs or cadvisor.")] = "cgroupfs",
     cadvisor_url: Annotated[str, typer.Option("--cadvisor-url")] = "http://127.0.0.1:4194",
     cadvisor_api: Annotated[str, typer.Option("--cadvisor-api", help="v2.0 or v1.3.")] = "v2.0",
