@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -354,3 +355,34 @@ def test_psi_unavailable_means_polling_with_a_warning(harness):
     (root / "memory.pressure").write_text("")
     h.step(dt=10.0)
     assert len(h.agent.sources.psi.polled) == 2  # "some" and "full" on the same file are armed
+
+
+def test_a_production_eviction_ends_with_its_own_processes_not_its_restart(harness):
+    """The limit-breach override stops the processes it found; the owner's restart is not hit."""
+    h = harness()
+    h.agent.start()
+
+    def start_in(cg: str) -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(SLEEP)
+        for hier in h.tree.layout.hierarchies:
+            d = h.tree.dir(hier, cg)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "cgroup.procs").write_text(f"{p.pid}\n")
+        return p
+
+    first = start_in("prod/web")
+    h.telemetry.usage["prod/web"] = {"ram": 0.95}  # above its own 900 MiB limit and the node
+    r = h.step()
+    assert r.evicted == ("prod/web",) and h.log("evict")[0]["why"]["limit_breach_override"] is True
+    assert first.wait(10) == -signal.SIGTERM
+    restarted = start_in("prod/web")  # its owner (systemd, say) starts it again, same cgroup
+    h.telemetry.usage["prod/web"] = {"ram": 0.3}
+    try:
+        h.step()
+        assert h.log("evicted")[0]["workload"] == "prod/web" and not h.agent.state.in_flight()
+        for _ in range(3):
+            h.step(dt=10.0)  # past the grace: nothing more is sent to anybody
+        assert restarted.poll() is None and len(h.log("evict")) == 1 and h.log("sigkill") == []
+    finally:
+        restarted.kill()
+        restarted.wait()

@@ -86,8 +86,11 @@ class Evictor:
         self.store.save(self.state)
         for rec, v in started:
             reason = f"evict {rec.id}: {v.cause.value} on {v.dimension}"
-            if v.grace_period_s <= 0:
+            if v.grace_period_s <= 0 and rec.tier == "batch":
                 self.writer.kill(rec.cgroup, reason + " (acute: no grace)")
+                rec.status = "killed"
+            elif v.grace_period_s <= 0:
+                self.writer.signal(rec.cgroup, signal.SIGKILL, reason + " (acute: no grace)", only=rec.pids)
                 rec.status = "killed"
             else:
                 self.writer.signal(
@@ -120,11 +123,21 @@ class Evictor:
                 rec.logged = True
         self.store.save(self.state)
 
+    def _remaining(self, rec: EvictionRecord) -> tuple[int, ...]:
+        """The evicted processes still there. A batch run owns its cgroup: all of its members.
+        A production cgroup belongs to its owner, who may restart the workload inside it at
+        once: only the processes recorded at the eviction count (and are SIGKILLed)."""
+        members = self.reader.procs(rec.cgroup)
+        if rec.tier == "batch":
+            return members
+        return tuple(p for p in members if p in set(rec.pids))
+
     def progress(self, now: float, on_done: Callable[[EvictionRecord], None]) -> list[EvictionRecord]:
-        """Finish evictions whose cgroup emptied; SIGKILL those past their deadline."""
+        """Finish evictions whose processes are gone; SIGKILL those past their deadline."""
         done = []
         for rec in self.state.in_flight():
-            if not self.reader.procs(rec.cgroup):
+            remaining = self._remaining(rec)
+            if not remaining:
                 rec.status, rec.finished_at = "done", now
                 self.log.append(
                     "evicted", now, id=rec.id, workload=rec.workload, after_s=now - rec.started_at
@@ -132,7 +145,11 @@ class Evictor:
                 on_done(rec)
                 done.append(rec)
             elif rec.status == "terminating" and now >= rec.deadline:
-                self.writer.kill(rec.cgroup, f"evict {rec.id}: grace period over")
+                why = f"evict {rec.id}: grace period over"
+                if rec.tier == "batch":
+                    self.writer.kill(rec.cgroup, why)
+                else:
+                    self.writer.signal(rec.cgroup, signal.SIGKILL, why, only=rec.pids)
                 rec.status = "killed"
                 self.log.append("sigkill", now, id=rec.id, workload=rec.workload)
         finished = [e for e in self.state.evictions if e.status == "done"]

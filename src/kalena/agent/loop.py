@@ -40,7 +40,7 @@ from kalena.agent.notify import AgentEvent, Notifier
 from kalena.agent.runtime import ProcessRuntime
 from kalena.agent.signals import conditions, read_averages
 from kalena.agent.sources import EventSources
-from kalena.agent.state import AgentState, StateStore
+from kalena.agent.state import AgentState, EvictionRecord, StateStore
 from kalena.agent.telemetry import TelemetrySource, UsageMeter
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope, WriteRecord
 from kalena.core.enforcement import (
@@ -363,7 +363,7 @@ class Agent:
         self.store.save(self.state)
         return tuple(rec.workload for rec, _ in started)
 
-    def _evicted(self, rec: Any) -> None:
+    def _evicted(self, rec: EvictionRecord) -> None:
         self.meter.forget(rec.workload)
         self.batch.evicted(rec)
 

@@ -38,7 +38,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -412,11 +412,15 @@ class CgroupWriter:
                 return [int(p) for p in text.split()]
         return []
 
-    def signal(self, name: str, sig: int, reason: str) -> tuple[int, ...]:
-        """Send ``sig`` to every process in ``name``; returns the pids signalled."""
+    def signal(
+        self, name: str, sig: int, reason: str, only: Collection[int] | None = None
+    ) -> tuple[int, ...]:
+        """Send ``sig`` to every process in ``name`` (with ``only``: to those of them that are still
+        members of ``name``, so a reused pid outside it is never hit); returns the pids signalled."""
         self.check(name)
         sent = []
-        for pid in self._pids(name):
+        members = self._pids(name)
+        for pid in members if only is None else [p for p in members if p in set(only)]:
             try:
                 os.kill(pid, sig)
                 sent.append(pid)
