@@ -297,6 +297,39 @@ SOURCES = {
 }
 
 
+MEANING = {
+    "copula_tables": "quantile tables (every 2.5 %) of cpu mean, cpu peak (1 s max), ram mean, ram peak"
+    " / request",
+    "copula_corr": "correlation of the normal scores of the four ratios (the Gaussian copula)",
+    "aggregate_cpu_usage_over_request": "sum of mean cpu / sum of requests (reference, not used)",
+    "aggregate_ram_usage_over_request": "sum of ram / sum of requests (reference, not used)",
+    "batch_ram_usage_lognormal": "(mu, sigma) of ln(ram / request) of non-production tasks: batch memory use",
+    "diurnal_amplitude_mean": "relative amplitude of a 24 h sinusoid fitted to each machine's cpu (mean)",
+    "diurnal_amplitude_sd": "its spread across machines",
+    "diurnal_peak_hour_mean": "hour of the cpu peak (trace clock)",
+    "diurnal_peak_hour_sd": "its spread across machines",
+    "ram_diurnal_amplitude_mean": "relative amplitude of the same fit to machine memory",
+    "noise_tau_s": "AR(1) time constant of log cpu, from the ratio of diff variances at 15 s and 60 s",
+    "noise_log_sd": "stationary sd of the AR(1) log cpu noise",
+    "ram_noise_log_sd": "sd of log memory of container c_1 (pod memory moves more than a machine's sum)",
+    "ram_noise_tau_s": "AR(1) time constant of log memory, from the lag correlation of 300-600 s pairs",
+    "burst_rate_per_hour_lognormal": "(mu, sigma) of ln(up-crossings of 1.5 x median per hour) across series",
+    "burst_duration_s": "median length of those excursions",
+    "offered_fraction_of_capacity": "non-production cpu requests running at the start / machine capacity",
+    "production_fraction_of_capacity": "production cpu requests / capacity (reference: Borg ~70 % allocated)",
+    "mean_duration_h": "Little's law: non-production tasks running at the start / their submit rate",
+    "duration_log_sd": "sd of ln(end - start) of terminated Alibaba tasks",
+    "priority_weights": "share of non-production submits per priority",
+    "cpu_request_quantiles_ge_0_1": "quantile table of plan_cpu (cores) for requests >= 0.1 core",
+    "alibaba_share_below_0_1_core": "Alibaba's own share below 0.1 core (Borg's 20 % is used instead)",
+    "memory_intensity_quantiles": "quantile table of (plan_mem / 100) / (plan_cpu / 96): memory share per"
+    " cpu share",
+    "instances_quantiles": "quantile table of instance_num (pods per job), bottom 99 %",
+    "instances_cut_above": "the 99th percentile where the table stops",
+    "arrival_hour_profile": "relative task-start rate per hour of day (mean 1)",
+}
+
+
 def render_md(fit: dict) -> str:
     out = [
         "# Fitted simulator constants",
@@ -307,12 +340,19 @@ def render_md(fit: dict) -> str:
         "",
     ]
     for section, values in fit.items():
-        out += [f"## {section}", "", f"Source: {SOURCES[section]}.", "", "| key | value |", "|---|---|"]
+        out += [
+            f"## {section}",
+            "",
+            f"Source: {SOURCES[section]}.",
+            "",
+            "| key | value | meaning |",
+            "|---|---|---|",
+        ]
         for k, v in values.items():
             text = str(v)
             if len(text) > 90:
                 text = text[:87] + "..."
-            out.append(f"| `{k}` | {text} |")
+            out.append(f"| `{k}` | {text} | {MEANING.get(k, '')} |")
         out.append("")
     return "\n".join(out)
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from kalena.core.cluster import Cluster
 from kalena.core.enforcement import (
+    EscalationConfig,
     MitigationRound,
     decide_escalation,
     failed_run,
@@ -67,6 +68,13 @@ FUTURE, PENDING, RUNNING, DONE = 0, 1, 2, 3
 LONG_AGO = -1e12  # production started before the run (finite: the estimator needs a time)
 GROW_CHUNK = 1024  # rows added to the simulator's columns at a time
 HISTORY_KEEP = 16  # mitigation rounds kept per node (escalation needs the trailing run only)
+
+
+def could_escalate(history: list[MitigationRound], config: EscalationConfig) -> bool:
+    """``decide_escalation``'s own condition on its history: the trailing failed run is ``rounds``
+    long or spans ``persist_s`` (checked against the core in the tests)."""
+    run = failed_run(history)
+    return bool(run) and (len(run) >= config.rounds or run[-1].time - run[0].time >= config.persist_s)
 
 
 def make_estimator(name: str):  # type: ignore[no-untyped-def]
@@ -321,7 +329,7 @@ class Simulation:
         r = self.estimator.update_in_place(self.est_state, self.table.usage, now, dt)
         led = self.ledger
         rows = led.row_arrays().live_rows()
-        res = led.apply(ReservationUpdate(rows, r[rows], led.global_epoch))
+        res = led.apply(ReservationUpdate(rows, np.take(r, rows, axis=0), led.global_epoch))
         assert res.accepted, res.reasons
 
     # 5-6 ------------------------------------------------------------------------------------------
@@ -417,11 +425,8 @@ class Simulation:
             hist = self.history.setdefault(n, [])
             hist.append(MitigationRound(now, persisted, dims))
             del hist[:-HISTORY_KEEP]
-            run = failed_run(hist)
-            # decide_escalation escalates iff len(run) >= rounds or the run spans persist_s: skip
-            # building a snapshot for the rounds where it cannot
-            if not run or (len(run) < esc.rounds and run[-1].time - run[0].time < esc.persist_s):
-                continue
+            if not could_escalate(hist, esc):
+                continue  # no snapshot to build for a round where the core cannot escalate
             rows = self.node_rows.of(n)
             snap = snapshot(self.ledger, self.table, n, rows)
             decision = decide_escalation(snap, hist, self.cfg.escalation, now)

@@ -11,7 +11,8 @@ reservations (the reservation ledger's batch part) and ``b`` the batch usage:
 * work in reclaimed capacity: ``b_n * X_n / B_n`` (the reclaimed share of the node's batch
   reservation, applied to the batch cpu it used: reservation-ledger accounting, seed 000 §6.3
   metric 2). ``reclaimed_work_fraction`` = that, integrated, over all cpu core-seconds used by
-  production and batch.
+  production and batch. For comparison, the usage-based count ``max(0, b_n - A_n)`` (batch cpu
+  used beyond the unallocated capacity) gives ``batch_work_above_unallocated_fraction``.
 * Pareto reserve yield: over active nodes (``Q_n > 0``), ``sum min(b_n, A_n) / sum A_n``
   integrated over time: the share of the reserve the blueprint left on the nodes it uses that
   carried batch work.
@@ -75,6 +76,7 @@ class Metrics:
         s["reclaimed_cpu"] += float(x_cpu.sum()) * dt
         s["reclaimed_ram"] += float(x_ram.sum()) * dt
         s["reclaimed_work"] += float((batch_cpu * share).sum()) * dt
+        s["work_above_unallocated"] += float(np.maximum(batch_cpu - self.unallocated[:, CPU], 0.0).sum()) * dt
         s["unmet"] += unmet * dt
         s["capped"] += capped * dt
         a = self.unallocated[self.active, CPU]

@@ -6,7 +6,8 @@ number of its pods that the reservation ledger alone could still admit::
 
     k = sum over eligible nodes n of floor(min over d with R_d > 0 of S_nd / R_d),   S = C~ - U
 
-(``C~`` the ledger's tolerant capacity); those ``k`` pods are then charged to the roomiest nodes
+(``C~`` the ledger's tolerant capacity; nodes where the class is cooling down after an eviction or
+blacklisted as a harmful pairing count 0); those ``k`` pods are then charged to the roomiest nodes
 of ``S`` before the next class is measured. The fit is a filter every pod must pass, so the pods
 held back would mostly come back pending anyway; holding them skips the core's why-pending work
 for answers that are known (kube-scheduler's queueing hints do the same). The charge is an
@@ -138,19 +139,31 @@ class PlacementShell:
         """The pods to send this pass (module docstring), classes in the core's pending order."""
         if not queue.classes:
             return []
+        if self.cooldowns:
+            self.cooldowns = {k: v for k, v in self.cooldowns.items() if v > now}
+        self._refresh_blacklist(now)
+        blocked: dict[str, list[int]] = {}  # nodes a class may not use: cooling down or a harmful pairing
+        for key, n in [*self.cooldowns, *self.blacklist]:
+            blocked.setdefault(key, []).append(n)
         slack = self.ledger.capacity_tol - self.ledger.reservation_sum
         slack[~self.eligible(now)] = -np.inf
         keys = list(queue.classes)
         heads = np.array([queue.classes[k][0] for k in keys])
         req = tasks.requests[heads]
-        order = sorted(range(len(keys)), key=lambda i: (-int(tasks.priority[heads[i]]), keys[i]))
         top = slack.max(axis=0)
+        # a class whose request exceeds the largest slack on some dimension fits nowhere; charging
+        # only lowers the slack, so it stays out for the whole pass
+        maybe = np.flatnonzero(np.all(req <= top, axis=1)).tolist()
+        prio = tasks.priority[heads]
+        order = sorted(maybe, key=lambda i: (-int(prio[i]), keys[i]))
         out: list[int] = []
         for i in order:
             if np.any(req[i] > top):
                 continue
             ids = queue.classes[keys[i]]
             per = fit_counts(req[i], slack)
+            if keys[i] in blocked:
+                per[blocked[keys[i]]] = 0
             k = min(len(ids), int(per.sum()))
             if k == 0:
                 continue
@@ -167,9 +180,6 @@ class PlacementShell:
     def run(
         self, send: list[int], tasks: BatchTasks, now: float, rng: np.random.Generator
     ) -> SchedulingDecision:
-        if self.cooldowns:
-            self.cooldowns = {k: v for k, v in self.cooldowns.items() if v > now}
-        self._refresh_blacklist(now)
         pods = [tasks.specs[t] for t in send]
         images = {p.image: self.images[p.image] for p in pods if p.image in self.images}
         context = SchedulingContext(

@@ -101,6 +101,9 @@ def build_report(sim: Simulation) -> dict[str, Any]:
             "ram_requested_gib": _r(led.request_sum[:, RAM].sum()),
         },
         "reclaimed_work_fraction": _r(s["reclaimed_work"] / total_work if total_work else 0.0),
+        "batch_work_above_unallocated_fraction": _r(
+            s["work_above_unallocated"] / total_work if total_work else 0.0
+        ),
         "reclaimed_cpu_core_hours": _r(s["reclaimed_cpu"] / 3600.0),
         "reclaimed_ram_gib_hours": _r(s["reclaimed_ram"] / 3600.0),
         "batch_cpu_core_hours": _r(s["batch_cpu"] / 3600.0),

@@ -67,7 +67,11 @@ def restoration_violations(ledger: Ledger, blueprint: Blueprint) -> tuple[Reason
             _violation(f"service workload(s) outside the blueprint: {_listed(names, int(extra.sum()))}")
         )
     live = rs.alive[: rs.high] & ~rs.is_batch[: rs.high]  # from scratch, over every row; requests only
-    scratch = per_node_sum(rs.node[: rs.high][live], rs.request[: rs.high][live], ledger.n_nodes)
+    scratch = per_node_sum(
+        np.compress(live, rs.node[: rs.high]),
+        np.compress(live, rs.request[: rs.high], axis=0),
+        ledger.n_nodes,
+    )
     for label, q in (("maintained", ledger.request_sum), ("recomputed", scratch)):
         diff = ~np.isclose(q, blueprint.request_sum, rtol=SUM_RTOL, atol=SUM_RTOL)
         for d in np.flatnonzero(diff.any(axis=0)):

@@ -438,7 +438,8 @@ class Ledger:
         if not np.array_equal(new[:, GPU], rs.request[rows, GPU]):
             bad = rs.specs[int(rows[np.flatnonzero(new[:, GPU] != rs.request[rows, GPU])[0]])]
             raise ValueError(f"gpu reservation must equal the request (non-reclaimable); {bad.id!r} differs")  # type: ignore[union-attr]
-        moved_rows = np.any(new != rs.reservation[rows], axis=1)
+        # np.take / np.compress select the same rows as fancy / boolean indexing, ~5x faster on (W, 8)
+        moved_rows = np.any(new != np.take(rs.reservation, rows, axis=0), axis=1)
         if not moved_rows.any():
             return self._result(c, True)
         self._bump(np.flatnonzero(np.bincount(rs.node[rows[moved_rows]], minlength=self.n_nodes)))
@@ -447,7 +448,9 @@ class Ledger:
         # From scratch: one bincount per dimension, and it resets incremental float drift.
         live = rs.alive[: rs.high]
         self._reservation_sum = per_node_sum(
-            rs.node[: rs.high][live], rs.reservation[: rs.high][live], self.n_nodes
+            np.compress(live, rs.node[: rs.high]),
+            np.compress(live, rs.reservation[: rs.high], axis=0),
+            self.n_nodes,
         )
         return self._result(c, True)
 

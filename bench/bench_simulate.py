@@ -1,0 +1,130 @@
+"""Simulator speed: the default run (24 h on Irina) and the scaling run (5,000 nodes, 100,000 pods, 1 h).
+
+    python bench/bench_simulate.py [--json PATH] [--skip-default] [--skip-scaling]
+                                   [--nodes 5000] [--pods 100000] [--scaling-hours 1]
+
+Default run: exactly ``kalena simulate`` with no arguments minus the plots: load the bundled Irina
+documents, build the simulation (batch population included), run 8,640 ticks of 10 s (plus the 2 h
+production pre-warm), build the report. Timed: the whole of it (wall, and process cpu time) and the
+run alone; simulated seconds per wall second = 86,400 / run wall time.
+
+Scaling run: ``synthetic_cluster(5000, 100000)`` (Irina's node shapes, 100,000 production pods filling
+73 % of cpu; building it is setup, timed separately), then one simulated hour with the default batch
+model (a 48 h warm start plus the hour's arrivals: about 200,000 batch pods placed).
+
+The machine's load is printed with the figures: other processes sharing the cores slow every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+from kalena.data import irina_paths
+from kalena.ir import load_cluster
+from kalena.sim import SimConfig, Simulation, build_report
+from kalena.sim.synthetic import synthetic_cluster
+
+
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(start: tuple[float, float]) -> tuple[float, float]:
+    wall, cpu = _clock()
+    return wall - start[0], cpu - start[1]
+
+
+def run(cluster_factory, config: SimConfig) -> dict:  # type: ignore[no-untyped-def]
+    t0 = _clock()
+    cluster = cluster_factory()
+    setup_wall, _ = _since(t0)
+    t1 = _clock()
+    sim = Simulation(cluster, config)
+    init_wall, _ = _since(t1)
+    t2 = _clock()
+    sim.run()
+    run_wall, run_cpu = _since(t2)
+    report = build_report(sim)
+    total_wall, total_cpu = _since(t0)
+    return {
+        "setup_s": round(setup_wall, 2),
+        "init_s": round(init_wall, 2),
+        "run_wall_s": round(run_wall, 2),
+        "run_cpu_s": round(run_cpu, 2),
+        "total_wall_s": round(total_wall, 2),
+        "total_cpu_s": round(total_cpu, 2),
+        "simulated_s_per_wall_s": round(report["simulated_seconds"] / run_wall, 1),
+        "ticks": config.ticks,
+        "ms_per_tick": round(run_wall / config.ticks * 1e3, 2),
+        "nodes": report["cluster"]["nodes"],
+        "production_workloads": report["cluster"]["production_workloads"],
+        "batch_pods_placed": report["placement"]["placed"],
+        "reclaimed_work_fraction": report["reclaimed_work_fraction"],
+        "restoration_violations": report["restoration_violations"],
+        "throttle_audit_mismatches": report["throttle_audit"]["mismatches"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--skip-default", action="store_true")
+    ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--pods", type=int, default=100_000)
+    ap.add_argument("--scaling-hours", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", dest="json_path", default=None)
+    args = ap.parse_args(argv)
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cpus")
+    results = {}
+    if not args.skip_default:
+        r = run(lambda: load_cluster(*irina_paths()), SimConfig(seed=args.seed))
+        results["default"] = r
+        print(
+            f"default (24 h, Irina): total {r['total_wall_s']} s wall ({r['total_cpu_s']} s cpu); run "
+            f"{r['run_wall_s']} s = {r['simulated_s_per_wall_s']} simulated s per wall s, "
+            f"{r['ms_per_tick']} ms/tick; {r['batch_pods_placed']} batch pods placed; "
+            f"reclaimed work {r['reclaimed_work_fraction']}; violations {r['restoration_violations']}"
+        )
+    if not args.skip_scaling:
+        cfg = SimConfig(hours=args.scaling_hours, seed=args.seed)
+        r = run(lambda: synthetic_cluster(args.nodes, args.pods, seed=args.seed), cfg)
+        results["scaling"] = r
+        print(
+            f"scaling ({r['nodes']} nodes, {r['production_workloads']} production pods, "
+            f"{args.scaling_hours:g} h): "
+            f"cluster build {r['setup_s']} s, init {r['init_s']} s, run {r['run_wall_s']} s wall "
+            f"({r['run_cpu_s']} s cpu), {r['simulated_s_per_wall_s']} simulated s per wall s; "
+            f"{r['batch_pods_placed']} batch pods placed; violations {r['restoration_violations']}"
+        )
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    if args.json_path:
+        doc = {
+            "benchmark": "bench_simulate",
+            "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "numpy": np.__version__,
+                "platform": platform.platform(),
+                "load_average_after": load,
+            },
+            "params": vars(args),
+            "results": results,
+        }
+        with open(args.json_path, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
