@@ -7,13 +7,19 @@ Instances bound every node's pods, so its state space is finite.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kalena.core.deployability import Query, Semantics, Verdict, decide, replay
+from kalena.core.deployability import Query, Semantics, Verdict, decide, replay, search_vec
+from kalena.deployability_gen import pebbling_instance, pyramid
 from kalena.testing.deployability import brute_force, random_instance
+
+# the package exports the function ``decide``, which hides the module of the same name
+decide_module = importlib.import_module("kalena.core.deployability.decide")
 
 
 def _check(seed: int, sem: Semantics, n_nodes: int, n_types: int, pods_cap: int) -> None:
@@ -49,3 +55,36 @@ def test_agrees_with_brute_force_on_three_node_instances(seed, sem):
 @given(seed=st.integers(0, 2**32 - 1), sem=st.sampled_from(list(Semantics)))
 def test_agrees_with_brute_force_on_four_node_instances(seed, sem):
     _check(seed, sem, 4, 4, 2)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), sem=st.sampled_from(list(Semantics)))
+def test_plain_and_vectorised_searches_agree(seed, sem):
+    """The same questions through the Python BFS (vectorised path disabled) and the default."""
+    rng = np.random.default_rng(seed)
+    inst = random_instance(rng, n_nodes=3, n_types=4, pods_cap=2)
+    q = Query(inst.types[int(rng.integers(0, 4))].id, inst.nodes[int(rng.integers(0, 3))].name)
+    fast = decide(inst, q, sem)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search_vec, "applicable", lambda c, symmetric: False)
+        plain = decide(inst, q, sem)
+    assert fast.verdict is plain.verdict
+    if fast.witness:
+        assert len(fast.witness) == len(plain.witness)  # both breadth-first: equally short
+
+
+@pytest.mark.parametrize(
+    ("h", "k", "expected"),
+    [(3, 4, Verdict.NOT_DEPLOYABLE), (3, 5, Verdict.DEPLOYABLE), (4, 6, Verdict.DEPLOYABLE)],
+)
+def test_probe_phase_keeps_answers_exact(h, k, expected):
+    """With a tiny first BFS budget the probe and the full BFS after it still answer exactly."""
+    inst, q = pebbling_instance(*pyramid(h), k)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decide_module, "FIRST_BFS_STATES", 10)
+        ans = decide(inst, q, Semantics.PAPER)
+    assert ans.verdict is expected
+    if expected is Verdict.DEPLOYABLE:
+        assert ans.checked and "beam probe" in ans.procedure
+    else:
+        assert "beam probe found nothing" in ans.procedure

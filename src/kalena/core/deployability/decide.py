@@ -9,16 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from kalena.core.deployability import search_vec
 from kalena.core.deployability.answer import Answer, Op, Step, Verdict
 from kalena.core.deployability.checker import replay
 from kalena.core.deployability.compiled import compile_question
 from kalena.core.deployability.fragment import AAS, classify
 from kalena.core.deployability.model import Instance, Query, Semantics
 from kalena.core.deployability.relevance import Pair, guard_parts, relevance
-from kalena.core.deployability.search import DELETE, DEPLOY, Budget, search
+from kalena.core.deployability.search import DELETE, DEPLOY, Budget, SearchResult, search
 from kalena.core.deployability.semantics import Evaluator, FailureCode
 from kalena.core.deployability.symmetry import Canonicalizer, node_classes
 from kalena.core.deployability.tables import Tables
+
+#: The vectorised search first runs breadth-first up to this many states: most questions end
+#: there, with a shortest witness. Beyond it a witness, if any, is likely long, and a beam probe
+#: (at most PROBE_WIDTH states per level) costs little next to the full search it may save.
+FIRST_BFS_STATES = 20_000
+#: Beam width of the probe: on pebbling pyramids up to height 9 and binary trees up to height 4 a
+#: width of 1000 finds witnesses as short as (pyramids) or a little longer than (trees) the
+#: breadth-first ones, in about a second.
+PROBE_WIDTH = 1000
 
 #: First count cap for spread-counted pairs that no capacity bounds; doubled while the search
 #: reports a cut and the budget lasts (2 is the least cap at which a skew can differ from 1).
@@ -146,11 +156,15 @@ def _search_answer(
         comp = compile_question(tb, rel, targets, init, classes, cap)
         canon = Canonicalizer(comp, classes)
         left = Budget(max(1, budget.max_states - explored), budget.should_stop, budget.check_every)
-        res = search(comp, canon, left)
+        vectorised = search_vec.applicable(comp, canon.active)
+        if vectorised:
+            res, how = _vectorised(comp, left)
+        else:
+            res, how = search(comp, canon, left), "breadth-first search"
         explored += res.states
         capped = any(g.search_capped for g in comp.guards)
         reductions = _reductions(tb, rel, comp, canon, capped, cap)
-        base.update(procedure="breadth-first search", reductions=reductions)
+        base.update(procedure=how, reductions=reductions)
         if res.found:
             steps = _steps(comp, res.moves, instance)
             return Answer(Verdict.DEPLOYABLE, witness=steps, states_explored=explored, **base)
@@ -207,6 +221,33 @@ def _unwitnessed(tb: Tables, targets: Sequence[Pair]) -> list[str]:
                 if not tb.term_match(t, "aff", i):
                     out.append(f"no pod type matches affinity term {i} of {pod.id}")
     return out
+
+
+def _vectorised(comp, budget: Budget) -> tuple[SearchResult, str]:
+    """Bounded BFS, then a beam probe, then the full BFS; each phase's states count against the budget.
+
+    The probe only ever *finds* witnesses (replayed like any other); it never concludes
+    ``not-deployable``, so the answer is the full BFS's whenever the probe finds nothing.
+    """
+    bfs = "breadth-first search (vectorised, one word per state)"
+    first = search_vec.search_vec(comp, Budget(min(budget.max_states, FIRST_BFS_STATES), budget.should_stop))
+    if first.found or first.stopped != "max-states" or budget.max_states <= FIRST_BFS_STATES:
+        return first, bfs
+    explored = first.states
+    levels = 3 * len(comp.slot_class) + 10  # witnesses seen so far are at most twice the slots long
+    probe = search_vec.search_vec(
+        comp, Budget(budget.max_states - explored, budget.should_stop), width=PROBE_WIDTH, max_levels=levels
+    )
+    explored += probe.states
+    if probe.found:
+        probe.states = explored
+        return probe, f"beam probe (width {PROBE_WIDTH}) after {FIRST_BFS_STATES:,} breadth-first states"
+    if probe.stopped in ("timeout", "max-states"):
+        probe.states = explored
+        return probe, bfs
+    full = search_vec.search_vec(comp, Budget(max(1, budget.max_states - explored), budget.should_stop))
+    full.states += explored
+    return full, bfs + " (a beam probe found nothing)"
 
 
 def _reductions(tb, rel, comp, canon, capped: bool, cap: int) -> tuple[str, ...]:

@@ -1,0 +1,1 @@
+"""Encodings of deployability questions for the peer tools of bench/bench_deployability.py."""
