@@ -10,6 +10,8 @@ and the same instances given to SPIN (Promela) and Fast Downward (PDDL).
   through ``kalena deployable`` on the written YAML (reading included).
 * ``pebbling``: pyramids of height h = 2, 3, ... at k = h + 1 (not deployable: full exploration)
   and k = h + 2 (deployable), paper semantics, until a tool exceeds the timeout.
+* ``mcc``: a selection of Model Checking Contest 2025 coverability queries (see ``MCC``),
+  from ``../shared/data/deployability/petri-mcc2025`` (skipped when absent).
 * ``petri``: the n-bit counter (deployable, 2^n - 1 firings) and n-process mutex (not deployable)
   families, paper semantics.
 
@@ -39,10 +41,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.deployability.ground import ground  # noqa: E402
-from bench.deployability.pddl import pddl  # noqa: E402
-from bench.deployability.promela import promela  # noqa: E402
-from kalena.core.deployability import (  # noqa: E402
+from bench.deployability.ground import ground
+from bench.deployability.pddl import pddl
+from bench.deployability.promela import promela
+
+from kalena.core.deployability import (
     HOSTNAME,
     Budget,
     Instance,
@@ -55,11 +58,18 @@ from kalena.core.deployability import (  # noqa: E402
     SpreadConstraint,
     Taint,
     Toleration,
-    Verdict,
     decide,
 )
-from kalena.core.deployability.model import frozen_map  # noqa: E402
-from kalena.deployability_gen import counter_net, mutex_net, pebbling_instance, petri_instance, pyramid, write_yaml  # noqa: E402
+from kalena.core.deployability.model import frozen_map
+from kalena.deployability_gen import (
+    counter_net,
+    mutex_net,
+    pebbling_instance,
+    petri_instance,
+    pyramid,
+    write_yaml,
+)
+
 
 def _fd_driver() -> Path | None:
     """The Fast Downward driver inside the up-fast-downward wheel (its ``__init__`` needs
@@ -87,7 +97,11 @@ def poly_instance(n_nodes: int, n_types: int, n_pods: int, seed: int) -> Instanc
         anti = (PodAffinityTerm(LabelSelector(frozen_map({"app": f"a{j}"})), HOSTNAME),) if j % 3 == 0 else ()
         spread = ()
         if j % 5 == 0:
-            spread = (SpreadConstraint(1, "topology.kubernetes.io/zone", LabelSelector(frozen_map({"app": f"a{j}"}))),)
+            spread = (
+                SpreadConstraint(
+                    1, "topology.kubernetes.io/zone", LabelSelector(frozen_map({"app": f"a{j}"}))
+                ),
+            )
         types.append(
             PodType(
                 id=f"default/w{j}",
@@ -146,7 +160,12 @@ def run_kalena(inst: Instance, q: Query, timeout: float) -> dict:
     t = time.perf_counter()
     ans = decide(inst, q, Semantics.PAPER, Budget(10_000_000, lambda: time.monotonic() > deadline))
     dt = time.perf_counter() - t
-    return {"time_s": round(dt, 3), "states": ans.states_explored, "answer": ans.verdict.value, "steps": len(ans.witness)}
+    return {
+        "time_s": round(dt, 3),
+        "states": ans.states_explored,
+        "answer": ans.verdict.value,
+        "steps": len(ans.witness),
+    }
 
 
 def run_spin(inst: Instance, q: Query, timeout: float) -> dict:
@@ -220,22 +239,31 @@ def run_fd(inst: Instance, q: Query, timeout: float, search: str) -> dict:
     }
 
 
+def _run(tool: str, inst: Instance, q: Query, args) -> dict:
+    if tool == "kalena":
+        return run_kalena(inst, q, args.timeout)
+    if tool == "spin":
+        return run_spin(inst, q, args.timeout)
+    return run_fd(inst, q, args.timeout, args.fd_search)
+
+
 def family(name: str, instances, args) -> list[dict]:
     """Run every tool on growing instances; a tool stops after its first timeout."""
     rows, stopped = [], set()
     for label, (inst, q) in instances:
         row = {"family": name, "instance": label, "types": len(inst.types)}
-        tools = {"kalena": lambda: run_kalena(inst, q, args.timeout)}
-        if not args.no_peers:
-            tools["spin"] = lambda: run_spin(inst, q, args.timeout)
-            tools["fast-downward"] = lambda: run_fd(inst, q, args.timeout, args.fd_search)
-        for tool, fn in tools.items():
+        tools = ["kalena"] + ([] if args.no_peers else ["spin", "fast-downward"])
+        for tool in tools:
             if tool in stopped:
                 row[tool] = {"skipped": "timed out on a smaller instance"}
                 continue
-            res = fn()
+            res = _run(tool, inst, q, args)
             row[tool] = res
-            if res.get("timeout") or (res.get("time_s") or 0) > args.timeout or res.get("answer") == "unknown":
+            if (
+                res.get("timeout")
+                or (res.get("time_s") or 0) > args.timeout
+                or res.get("answer") == "unknown"
+            ):
                 stopped.add(tool)
         k = row["kalena"]
         for tool in ("spin", "fast-downward"):
@@ -254,7 +282,7 @@ def family(name: str, instances, args) -> list[dict]:
 
 
 def _fmt(row: dict) -> str:
-    parts = [f"{row['family']:<9} {row['instance']:<10}"]
+    parts = [f"{row['family']:<9} {row['instance']:<28}"]
     for tool in ("kalena", "spin", "fast-downward"):
         r = row.get(tool)
         if r is None:
@@ -268,20 +296,51 @@ def _fmt(row: dict) -> str:
     return " | ".join(parts)
 
 
+MCC_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "deployability" / "petri-mcc2025"
+#: (model, query id suffix): coverable and not coverable queries of growing state spaces.
+MCC = (
+    ("Philosophers-PT-000005", "04"),
+    ("QuasiCertifProtocol-PT-02", "14"),
+    ("Dekker-PT-010", "08"),
+    ("Angiogenesis-PT-01", "14"),
+    ("IBM319-PT-none", "11"),
+    ("Railroad-PT-005", "03"),
+    ("SafeBus-PT-03", "02"),
+    ("Peterson-PT-2", "10"),
+    ("Peterson-PT-2", "15"),
+)
+
+
+def mcc_instances():
+    from kalena.deployability_gen import fireability_goal, read_pnml
+
+    for model, qid in MCC:
+        net = read_pnml(MCC_DIR / model / "model.pnml")
+        answers = json.loads((MCC_DIR / model / "answers.json").read_text())
+        query = next(
+            x for x in answers["reachability_fireability_coverability_queries"] if x["id"].endswith(qid)
+        )
+        yield f"{model}/{qid}", petri_instance(fireability_goal(net, query["dnf"]), "goal__")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", dest="json_path", default=None)
     ap.add_argument("--timeout", type=float, default=60.0)
-    ap.add_argument("--only", default="poly,pebbling,petri")
+    ap.add_argument("--only", default="poly,pebbling,petri,mcc")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--fd-search", choices=("lama-first", "blind"), default="lama-first")
     ap.add_argument("--max-height", type=int, default=9)
-    ap.add_argument("--max-bits", type=int, default=12)
-    ap.add_argument("--max-procs", type=int, default=14)
+    ap.add_argument("--max-bits", type=int, default=20)
+    ap.add_argument("--max-procs", type=int, default=40)
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     result: dict = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
         "timeout_s": args.timeout,
     }
     if "poly" in only:
@@ -290,15 +349,27 @@ def main(argv: list[str] | None = None) -> int:
     if "pebbling" in only:
         rows = []
         for extra, tag in ((1, "k=h+1"), (2, "k=h+2")):
-            insts = ((f"h={h},{tag}", pebbling_instance(*pyramid(h), h + extra)) for h in range(2, args.max_height + 1))
+            insts = (
+                (f"h={h},{tag}", pebbling_instance(*pyramid(h), h + extra))
+                for h in range(2, args.max_height + 1)
+            )
             rows += family("pyramid", insts, args)
         result["pebbling"] = rows
     if "petri" in only:
         rows = family(
-            "counter", ((f"n={n}", petri_instance(*counter_net(n))) for n in range(2, args.max_bits + 1)), args
+            "counter",
+            ((f"n={n}", petri_instance(*counter_net(n))) for n in range(2, args.max_bits + 1)),
+            args,
         )
-        rows += family("mutex", ((f"n={n}", petri_instance(*mutex_net(n))) for n in range(2, args.max_procs + 1)), args)
+        rows += family(
+            "mutex", ((f"n={n}", petri_instance(*mutex_net(n))) for n in range(2, args.max_procs + 1)), args
+        )
         result["petri"] = rows
+    if "mcc" in only and MCC_DIR.is_dir():
+        rows = []
+        for label, iq in mcc_instances():
+            rows += family("mcc", [(label, iq)], args)  # every query on every tool (no early stop)
+        result["mcc"] = rows
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(result, indent=1))
     return 0

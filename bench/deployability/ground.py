@@ -45,11 +45,18 @@ def ground(inst: Instance, query: Query) -> Ground:
         raise ValueError("spread constraints count instances: no boolean encoding")
     init_pairs = {(tb.tindex[t], tb.nindex[n]) for (t, n), c in inst.initial.items() if c > 0}
     pairs = sorted(
-        {(t, n) for t in range(len(inst.types)) for n in range(len(inst.nodes)) if tb.deployable_somewhere(t, n)}
+        {
+            (t, n)
+            for t in range(len(inst.types))
+            for n in range(len(inst.nodes))
+            if tb.deployable_somewhere(t, n)
+        }
         | init_pairs
     )
     var = {p: i for i, p in enumerate(pairs)}
-    g = Ground([f"{inst.types[t].id}@{inst.nodes[n].name}" for t, n in pairs], {var[p] for p in init_pairs}, -1)
+    g = Ground(
+        [f"{inst.types[t].id}@{inst.nodes[n].name}" for t, n in pairs], {var[p] for p in init_pairs}, -1
+    )
     target = (tb.tindex[query.pod], tb.nindex[query.node])
     if target not in var:
         pairs.append(target)
@@ -57,7 +64,7 @@ def ground(inst: Instance, query: Query) -> Ground:
         g.names.append(f"{query.pod}@{query.node}")
     g.target = var[target]
     by_node: dict[int, list[int]] = {}
-    for (t, n), i in var.items():
+    for t, n in var:
         by_node.setdefault(n, []).append(t)
     # capacity rows
     row_of: dict[tuple[int, str], int] = {}
@@ -78,7 +85,9 @@ def ground(inst: Instance, query: Query) -> Ground:
         parts: list[Expr] = []
         for j, a in enumerate(pod.affinity):
             match = tb.term_match(t, "aff", j)
-            near = [var[(u, m)] for m in tb.domain(a.topology_key, n) for u in by_node.get(m, ()) if u in match]
+            near = [
+                var[(u, m)] for m in tb.domain(a.topology_key, n) for u in by_node.get(m, ()) if u in match
+            ]
             clause = _or(near)
             if t in match:
                 anywhere = [var[(u, m)] for (u, m) in var if u in match]
@@ -86,7 +95,9 @@ def ground(inst: Instance, query: Query) -> Ground:
             parts.append(clause)
         for j, a in enumerate(pod.anti_affinity):
             match = tb.term_match(t, "anti", j)
-            near = [var[(u, m)] for m in tb.domain(a.topology_key, n) for u in by_node.get(m, ()) if u in match]
+            near = [
+                var[(u, m)] for m in tb.domain(a.topology_key, n) for u in by_node.get(m, ()) if u in match
+            ]
             if near:
                 parts.append(("not", _or(near)))
         g.deploy[i] = ("and", parts) if parts else ("true",)

@@ -44,7 +44,7 @@ def pddl(g: Ground) -> tuple[str, str]:
                 )
             actions.append(f"(:action delete-{i} :parameters () :precondition (x{i}) :effect (not (x{i})))")
             continue
-        (row, req), = uses
+        ((row, req),) = uses
         cap = g.rows[row][0]
         for level in range(cap + 1):
             if guard is not None and level + req <= cap:
@@ -59,7 +59,8 @@ def pddl(g: Ground) -> tuple[str, str]:
                     f":effect (and (not (x{i})) (not (c{row}-{level})) (c{row}-{level - req})))"
                 )
     domain = (
-        "(define (domain deployability)\n(:requirements :strips :negative-preconditions :disjunctive-preconditions)\n"
+        "(define (domain deployability)\n"
+        "(:requirements :strips :negative-preconditions :disjunctive-preconditions)\n"
         f"(:predicates {' '.join(preds)})\n" + "\n".join(actions) + "\n)\n"
     )
     init = [f"(x{i})" for i in sorted(g.init)]
@@ -67,7 +68,6 @@ def pddl(g: Ground) -> tuple[str, str]:
         used = sum(req for v, req in users if v in g.init)
         init.append(f"(c{r}-{used})")
     problem = (
-        "(define (problem q) (:domain deployability)\n"
-        f"(:init {' '.join(init)})\n(:goal (x{g.target}))\n)\n"
+        f"(define (problem q) (:domain deployability)\n(:init {' '.join(init)})\n(:goal (x{g.target}))\n)\n"
     )
     return domain, problem

@@ -32,7 +32,9 @@ def _capacity(g: Ground, i: int) -> list[str]:
 
 
 def promela(g: Ground) -> str:
-    lines = [f"/* {len(g.names)} variables: " + ", ".join(f"{i}={n}" for i, n in enumerate(g.names[:50])) + " */"]
+    lines = [
+        f"/* {len(g.names)} variables: " + ", ".join(f"{i}={n}" for i, n in enumerate(g.names[:50])) + " */"
+    ]
     lines.append(f"bit x[{len(g.names)}];")
     lines.append("init {")
     for i in sorted(g.init):

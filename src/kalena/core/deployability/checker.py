@@ -232,11 +232,28 @@ def feasible(
     return w.feasible(type_id, node)
 
 
+class Checker:
+    """Replays many witnesses over one instance (the instance is flattened once)."""
+
+    def __init__(self, instance: Instance, semantics: Semantics) -> None:
+        self._world = _World(instance, semantics)
+        self._initial = dict(self._world.running)
+
+    def replay(self, steps: Sequence[Step], targets: Sequence[tuple[str, str]]) -> Replay:
+        """Replay ``steps`` from the initial configuration; every target must hold at the end."""
+        w = self._world
+        w.running = dict(self._initial)
+        return _replay(w, steps, targets)
+
+
 def replay(
     instance: Instance, semantics: Semantics, steps: Sequence[Step], targets: Sequence[tuple[str, str]]
 ) -> Replay:
     """Replay ``steps`` from the initial configuration and check that every target holds at the end."""
-    w = _World(instance, semantics)
+    return _replay(_World(instance, semantics), steps, targets)
+
+
+def _replay(w: _World, steps: Sequence[Step], targets: Sequence[tuple[str, str]]) -> Replay:
     for i, s in enumerate(steps):
         if s.pod_type not in w.pods or s.node not in w.nodes:
             return Replay(False, i, f"step {i + 1} names an unknown pod type or node")

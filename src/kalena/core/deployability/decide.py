@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from kalena.core.deployability import search_vec
 from kalena.core.deployability.answer import Answer, Op, Step, Verdict
-from kalena.core.deployability.checker import replay
+from kalena.core.deployability.checker import Checker, replay
 from kalena.core.deployability.compiled import compile_question
 from kalena.core.deployability.fragment import AAS, classify
 from kalena.core.deployability.model import Instance, Query, Semantics
@@ -45,12 +45,16 @@ def _check_query(instance: Instance, query: Query) -> None:
 
 
 def _verified(
-    instance: Instance, semantics: Semantics, ans: Answer, targets: Sequence[tuple[str, str]]
+    instance: Instance,
+    semantics: Semantics,
+    ans: Answer,
+    targets: Sequence[tuple[str, str]],
+    checker: Checker | None = None,
 ) -> Answer:
     """Replay a deployable answer's witness with the independent checker; withhold it on refusal."""
     if ans.verdict is not Verdict.DEPLOYABLE:
         return ans
-    r = replay(instance, semantics, ans.witness, targets)
+    r = checker.replay(ans.witness, targets) if checker else replay(instance, semantics, ans.witness, targets)
     if r.ok:
         return _replace(ans, checked=True)
     return _replace(
@@ -74,9 +78,11 @@ def _initial_pairs(tb: Tables, instance: Instance) -> dict[Pair, int]:
 
 
 # --- the polynomial fragment --------------------------------------------------------------------
-def _empty_check(instance: Instance, semantics: Semantics, tb: Tables, query: Query) -> Answer:
+def _empty_check(
+    instance: Instance, semantics: Semantics, tb: Tables, query: Query, ev: Evaluator | None = None
+) -> Answer:
     """Seed 003 §4: deployable iff already running or ``Hard(t*, n*, 0)``; witness: delete what blocks."""
-    ev = Evaluator(instance, semantics)
+    ev = ev or Evaluator(instance, semantics)
     base = dict(
         pod=query.pod, node=query.node, fragment=AAS.describe(), procedure="empty-configuration check"
     )
@@ -378,12 +384,17 @@ def deployable_nodes(
             private.setdefault(k, set()).add(v)
     seen: dict[tuple, Answer] = {}
     out = []
+    ev, checker = Evaluator(instance, semantics), Checker(instance, semantics)
     for i, node in enumerate(instance.nodes):
         if progress is not None:
             progress(i, len(instance.nodes))
         q = Query(pod, node.name)
-        if affinity_free:
-            out.append(decide(instance, q, semantics, budget))
+        if affinity_free:  # seed §4 per node, sharing the tables, the evaluator and the checker
+            if instance.initial.get((pod, node.name), 0) > 0:
+                out.append(decide(instance, q, semantics, budget))
+            else:
+                ans = _empty_check(instance, semantics, tb, q, ev)
+                out.append(_verified(instance, semantics, ans, q.targets(), checker))
             continue
         sig = _node_signature(instance, tb, i, private)
         rep = seen.get(sig)
@@ -393,5 +404,5 @@ def deployable_nodes(
             out.append(ans)
             continue
         mapped = _replace(rep, node=node.name, witness=_swap(rep.witness, rep.node, node.name), checked=False)
-        out.append(_verified(instance, semantics, mapped, q.targets()))
+        out.append(_verified(instance, semantics, mapped, q.targets(), checker))
     return tuple(out)
