@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kalena.core.deployability import HOSTNAME, LabelSelector, Requirement
+from kalena.core.deployability import HOSTNAME, Evaluator, LabelSelector, Requirement, Semantics
 from kalena.ir.errors import IRError
 from kalena.manifests import parse_manifests, read_manifests
 
@@ -164,6 +164,18 @@ spec: {nodeName: n1, containers: [{name: c}]}
         ("default/loose", "n1"): 1,
     }
     assert sorted(t.id for t in inst.types) == ["default/db", "default/loose", "default/web"]
+
+
+def test_daemonset_pods_tolerate_unschedulable_nodes():
+    text = (
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nspec: {unschedulable: true}\n---\n"
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent}\n"
+        "spec: {template: {spec: {containers: [{name: c}]}}}\n---\n" + POD
+    )
+    inst = read(text)
+    ev = Evaluator(inst, Semantics.KUBERNETES)
+    assert ev.ok("default/agent", "n1", {})
+    assert not ev.ok("default/p", "n1", {})  # an ordinary pod stays off a cordoned node
 
 
 def test_list_and_namespace_objects_and_generate_name():

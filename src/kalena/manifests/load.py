@@ -13,6 +13,9 @@
   named by annotation ``kalena.naughtian.io/pod-type``, else of its controller's type (a
   StatefulSet, DaemonSet, Job or ReplicaSet owner; a ReplicaSet ``<deployment>-<pod-template-hash>``
   maps to its Deployment), else of its own type.
+* DaemonSet pod types get the tolerations the DaemonSet controller adds (node conditions and
+  ``node.kubernetes.io/unschedulable``). Like every pod type, a DaemonSet type may run several
+  times on a node in the model (the controller keeps one; affinity never needs a second copy).
 * ``Namespace`` objects give namespace labels (for ``namespaceSelector``); ``List`` items are read;
   every other kind (Service, ConfigMap, ...) is ignored.
 
@@ -29,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from kalena.core.deployability.model import HOSTNAME, Instance, Node, PodType, Taint, frozen_map
+from kalena.core.deployability.model import HOSTNAME, Instance, Node, PodType, Taint, Toleration, frozen_map
 from kalena.ir.errors import DOCUMENT, IRError, Problem, ProblemLog, key_path
 from kalena.manifests import fields as f
 from kalena.manifests.fields import Loc
@@ -44,6 +47,19 @@ WORKLOAD_KINDS = (
     "ReplicaSet",
     "ReplicationController",
     "CronJob",
+)
+#: Tolerations the DaemonSet controller adds to its pods (kubernetes/kubernetes
+#: ``pkg/controller/daemon/util``): node conditions and unschedulable nodes do not repel them.
+DAEMONSET_TOLERATIONS = tuple(
+    Toleration(key, "Exists", "", effect)
+    for key, effect in (
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+        ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+        ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+        ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+        ("node.kubernetes.io/unschedulable", "NoSchedule"),
+    )
 )
 STANDARD_DIMS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 _LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -198,6 +214,8 @@ class _Reader:
         if not name or ns is None or spec is None:
             return
         parts = pod_spec(spec, spec_loc, log, labels)
+        if kind == "DaemonSet":  # the DaemonSet controller adds these to every pod it creates
+            parts.tolerations = parts.tolerations + DAEMONSET_TOLERATIONS
         type_id = f"{ns or 'default'}/{name}"
         if kind == "Pod" and parts.node_name is not None:
             raw_meta_m = m.get("metadata") if isinstance(m.get("metadata"), dict) else {}
