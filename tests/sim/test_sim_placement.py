@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kalena.sim.placement import BatchQueue, fit_counts
+from kalena.sim.placement import BatchQueue, fit_counts, fit_counts_many
 
 # (id, request (cpu, ram), slack rows, counts)
 COUNTS = [
@@ -29,3 +29,15 @@ def test_queue_keeps_pod_order_within_a_class_and_counts():
     q.take("a", [2, 9])
     q.take("b", [1])
     assert q.classes == {"a": [5]} and len(q) == 1
+
+
+def test_fit_counts_many_equals_fit_counts_row_by_row():
+    rng = np.random.default_rng(0)
+    slack = rng.uniform(-2, 10, (30, 8))
+    slack[3] = -np.inf
+    reqs = np.zeros((12, 8))
+    reqs[:, 0] = rng.uniform(0.01, 3, 12)
+    reqs[:6, 1] = rng.uniform(0.1, 4, 6)
+    many = fit_counts_many(reqs, slack)
+    for k in range(len(reqs)):
+        assert many[k].tolist() == fit_counts(reqs[k], slack).tolist()

@@ -70,6 +70,16 @@ GROW_CHUNK = 1024  # rows added to the simulator's columns at a time
 HISTORY_KEEP = 16  # mitigation rounds kept per node (escalation needs the trailing run only)
 
 
+def starvation_rows(rows: np.ndarray, table: RowTable, rs) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The residents ``plan_anti_starvation`` can act on: batch, and service running above its
+    reservation (``u > r``). No other resident enters its sums or its caps, so the decision over
+    these rows equals the decision over the whole node (checked in the tests); the snapshot is smaller.
+    """
+    u = table.usage[rows, CPU]
+    greedy = ~rs.is_batch[rows] & ~np.isnan(u) & (u > rs.reservation[rows, CPU])
+    return rows[rs.is_batch[rows] | greedy]
+
+
 def could_escalate(history: list[MitigationRound], config: EscalationConfig) -> bool:
     """``decide_escalation``'s own condition on its history: the trailing failed run is ``rounds``
     long or spans ``persist_s`` (checked against the core in the tests)."""
@@ -154,6 +164,7 @@ class Simulation:
         self.now = 0.0
         self.tick_no = 0
         self.wall_seconds = 0.0
+        self._brows: np.ndarray | None = None
         self._init_production(p)
 
     # rows -----------------------------------------------------------------------------------------
@@ -219,6 +230,18 @@ class Simulation:
         assign_rows(self.est_state, rows, new)
         self.table.started[rows] = now
 
+    def _rows_changed(self) -> None:
+        """Rows were added or freed: drop what was derived from the row set."""
+        self.node_rows.invalidate()
+        self._brows = None
+
+    def _batch_rows(self) -> np.ndarray:
+        """The live batch rows, ascending (production holds rows 0..P-1, batch the rest)."""
+        if self._brows is None:
+            rs = self.ledger.row_arrays()
+            self._brows = np.flatnonzero(rs.is_batch[self.n_prod : rs.high]) + self.n_prod
+        return self._brows
+
     # the run -------------------------------------------------------------------------------------
     def prewarm(self) -> None:
         """Production only, for ``prewarm_s`` before t = 0: reservations reach their steady state."""
@@ -252,7 +275,6 @@ class Simulation:
         dt = cfg.tick_s
         self.tick_no = k
         self.now = now = k * dt
-        self.node_rows.invalidate()
         self._arrivals(now)
         unmet, capped = self._usage_and_cpu(k, now, dt)
         self._completions(now)
@@ -323,7 +345,7 @@ class Simulation:
             t.free(row)
             ts.state[i], ts.row[i], ts.finish[i] = DONE, -1, now
         if len(done):
-            self.node_rows.invalidate()
+            self._rows_changed()
 
     def _estimate(self, now: float, dt: float) -> None:
         r = self.estimator.update_in_place(self.est_state, self.table.usage, now, dt)
@@ -365,7 +387,7 @@ class Simulation:
             if flagged[n].any():
                 rounds[n] = (persisted or bool(kills), ("ram",))
         if nodes:
-            self.node_rows.invalidate()
+            self._rows_changed()
         return rounds
 
     def _evict(self, victim, n: int, epoch: int, now: float) -> None:  # type: ignore[no-untyped-def]
@@ -437,7 +459,7 @@ class Simulation:
                 self._evict(v, n, decision.epoch + i, now)
             if decision.slack_ineligible_until is not None:
                 self.shell.ineligible_until[n] = decision.slack_ineligible_until
-            self.node_rows.invalidate()
+            self._rows_changed()
             del self.history[n]
 
     # 7-8 ------------------------------------------------------------------------------------------
@@ -464,7 +486,7 @@ class Simulation:
         for key, ids in by_class.items():
             self.queue.take(key, ids)
         self.shell.stats["placed"] += len(placed)
-        self.node_rows.invalidate()
+        self._rows_changed()
 
     def _start(self, placed: list[int], now: float) -> None:
         led, t, ts, tasks = self.ledger, self.table, self.ts, self.tasks
@@ -499,29 +521,25 @@ class Simulation:
     def _throttle(self, k: int, now: float) -> None:
         led, t, cfg = self.ledger, self.table, self.cfg
         rs = led.row_arrays()
-        h = rs.high
-        n_nodes = led.n_nodes
-        alive = rs.alive[:h]
-        on = np.where(alive, rs.node[:h], 0)  # free rows weigh 0 below
-        u = t.usage[:h, CPU]
-        r = rs.reservation[:h, CPU]
-        known = ~np.isnan(u)
-        eff = np.where(known, np.fmax(r, u), r)
-        is_b = rs.is_batch[:h]  # False on free rows
-        sampled_b = is_b & known
-        claim = np.bincount(on, weights=np.where(alive & ~is_b, eff, 0.0), minlength=n_nodes)
-        used = np.bincount(on, weights=np.where(sampled_b, u, 0.0), minlength=n_nodes)
-        sampled = np.bincount(on, weights=sampled_b, minlength=n_nodes) > 0
+        n_nodes, p = led.n_nodes, self.n_prod
+        # the service claim: production holds rows 0..P-1 (the blueprint) and no other row is service
+        u, r = t.usage[:p, CPU], rs.reservation[:p, CPU]
+        eff = np.where(np.isnan(u), r, np.fmax(r, u))
+        claim = np.bincount(rs.node[:p], weights=eff, minlength=n_nodes)
+        brow = self._batch_rows()
+        bon = rs.node[brow]
+        ub = t.usage[brow, CPU]
+        known = ~np.isnan(ub)
+        used = np.bincount(bon[known], weights=ub[known], minlength=n_nodes)
+        sampled = np.bincount(bon[known], minlength=n_nodes) > 0
         pressured = self.psi >= cfg.throttle.psi_some_threshold
         previous = self.prev_allowance.copy()
         cap_cpu = self.cap[:, CPU]
         allow = cpu.allowances(cap_cpu, claim, used, sampled, pressured, previous, cfg.throttle)
         self.prev_allowance = allow
         self._starvation(k, now)
-        brow = np.flatnonzero(is_b)
         if not len(brow):
             return
-        bon = rs.node[brow]
         caps = np.minimum(t.limit[brow, CPU], cap_cpu[bon])
         caps = np.where(t.slack_cpu[brow], caps, np.minimum(caps, rs.request[brow, CPU]))
         q, binds = cpu.fast_quotas(
@@ -581,7 +599,7 @@ class Simulation:
             on = self.node_rows.of(n)
             brows = on[t.kind[on] == BATCH]
             throttled = dict(zip(t.ids[brows].tolist(), t.throttled[brows].sum(axis=1).tolist(), strict=True))
-            snap = snapshot(led, t, n, on)
+            snap = snapshot(led, t, n, starvation_rows(on, t, rs))
             decision = plan_anti_starvation(snap, throttled, window_s, cfg.starvation, now)
             for s in decision.starved:
                 t.floor[led.row_of(s.workload)] = s.allocation
@@ -603,19 +621,17 @@ class Simulation:
     def _account(self, k: int, dt: float, unmet: float, capped: float) -> None:
         led, t, m, p = self.ledger, self.table, self.metrics, self.n_prod
         rs = led.row_arrays()
-        h = rs.high
         n = led.n_nodes
-        alive = rs.alive[:h]
-        on = np.where(alive, rs.node[:h], 0)  # free rows weigh 0 below
-        is_b = rs.is_batch[:h]  # False on free rows
-        use_cpu = np.where(alive, np.nan_to_num(t.usage[:h, CPU]), 0.0)
-        b_use = np.bincount(on, weights=np.where(is_b, use_cpu, 0.0), minlength=n)
-        p_use = np.bincount(on, weights=np.where(is_b, 0.0, use_cpu), minlength=n)
-        b_res_cpu = np.bincount(on, weights=np.where(is_b, rs.reservation[:h, CPU], 0.0), minlength=n)
-        b_res_ram = np.bincount(on, weights=np.where(is_b, rs.reservation[:h, RAM], 0.0), minlength=n)
+        p_use = np.bincount(rs.node[:p], weights=np.nan_to_num(t.usage[:p, CPU]), minlength=n)
+        b_rows = self._batch_rows()
+        b_on = rs.node[b_rows]
+        b_use = np.bincount(b_on, weights=np.nan_to_num(t.usage[b_rows, CPU]), minlength=n)
+        b_res = np.take(rs.reservation, b_rows, axis=0)
+        b_res_cpu = np.bincount(b_on, weights=b_res[:, CPU], minlength=n)
+        b_res_ram = np.bincount(b_on, weights=b_res[:, RAM], minlength=n)
         m.tick(dt, p_use, b_use, b_res_cpu, b_res_ram, unmet, capped)
         if k % m.sample_every == 0 or k == 1:
-            b_req = np.bincount(on, weights=np.where(is_b, rs.request[:h, CPU], 0.0), minlength=n)
+            b_req = np.bincount(b_on, weights=rs.request[b_rows, CPU], minlength=n)
             m.sample(
                 self.now,
                 led.request_sum[:, CPU] + b_req,

@@ -78,6 +78,19 @@ def fit_counts(request: np.ndarray, slack: np.ndarray) -> np.ndarray:
     return np.maximum(per, 0).astype(np.int64)
 
 
+def fit_counts_many(requests: np.ndarray, slack: np.ndarray) -> np.ndarray:
+    """:func:`fit_counts` for K requests at once: (K, N)."""
+    d = np.flatnonzero(requests.any(axis=0))
+    if not len(d):
+        return np.full((len(requests), len(slack)), 1 << 20, dtype=np.int64)
+    r = requests[:, d][:, None, :]  # (K, 1, D)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(r > 0, slack[None, :, d] / r, np.inf)
+    per = np.floor(ratio.min(axis=2))
+    per = np.where(np.isfinite(per), per, np.where(per > 0, 1 << 20, 0))
+    return np.maximum(per, 0).astype(np.int64)
+
+
 class PlacementShell:
     """Everything the simulator keeps between placement passes."""
 
@@ -153,17 +166,26 @@ class PlacementShell:
         top = slack.max(axis=0)
         # a class whose request exceeds the largest slack on some dimension fits nowhere; charging
         # only lowers the slack, so it stays out for the whole pass
-        maybe = np.flatnonzero(np.all(req <= top, axis=1)).tolist()
+        maybe = np.flatnonzero(np.all(req <= top, axis=1))
+        if not len(maybe):
+            return []
+        # per-node counts of every remaining class at once; after each charge only the charged
+        # nodes' columns are recounted (for all classes at once). A class no node admits stays out.
+        cand = req[maybe]
+        counts = fit_counts_many(cand, slack)
         prio = tasks.priority[heads]
-        order = sorted(maybe, key=lambda i: (-int(prio[i]), keys[i]))
+        order = sorted(
+            (j for j in range(len(maybe)) if counts[j].any()),
+            key=lambda j: (-int(prio[maybe[j]]), keys[maybe[j]]),
+        )
         out: list[int] = []
-        for i in order:
-            if np.any(req[i] > top):
-                continue
-            ids = queue.classes[keys[i]]
-            per = fit_counts(req[i], slack)
-            if keys[i] in blocked:
-                per[blocked[keys[i]]] = 0
+        for j in order:
+            key = keys[maybe[j]]
+            ids = queue.classes[key]
+            per = counts[j]
+            if key in blocked:
+                per = per.copy()
+                per[blocked[key]] = 0
             k = min(len(ids), int(per.sum()))
             if k == 0:
                 continue
@@ -173,8 +195,9 @@ class PlacementShell:
             room = np.argsort(-per, kind="stable")
             before = np.concatenate(([0], np.cumsum(per[room])[:-1]))
             take = np.minimum(per[room], np.maximum(k - before, 0))
-            slack[room] -= take[:, None] * req[i][None, :]
-            top = slack.max(axis=0)
+            hit = room[take > 0]
+            slack[hit] -= take[take > 0][:, None] * cand[j][None, :]
+            counts[:, hit] = fit_counts_many(cand, slack[hit])
         return out
 
     def run(
