@@ -78,13 +78,25 @@ def test_plain_and_vectorised_searches_agree(seed, sem):
     [(3, 4, Verdict.NOT_DEPLOYABLE), (3, 5, Verdict.DEPLOYABLE), (4, 6, Verdict.DEPLOYABLE)],
 )
 def test_probe_phase_keeps_answers_exact(h, k, expected):
-    """With a tiny first BFS budget the probe and the full BFS after it still answer exactly."""
+    """With a tiny first BFS budget the probe and the full vectorised BFS after it answer exactly."""
     inst, q = pebbling_instance(*pyramid(h), k)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(decide_module, "FIRST_BFS_STATES", 10)
+        mp.setattr(decide_module, "WIDE_LEVEL", 0)
         ans = decide(inst, q, Semantics.PAPER)
     assert ans.verdict is expected
     if expected is Verdict.DEPLOYABLE:
         assert ans.checked and "beam probe" in ans.procedure
     else:
         assert "beam probe found nothing" in ans.procedure
+
+
+def test_narrow_searches_stay_plain():
+    """A deep, narrow search (the counter net) continues in plain Python after the first budget."""
+    from kalena.deployability_gen import counter_net, petri_instance
+
+    inst, q = petri_instance(*counter_net(3))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decide_module, "FIRST_BFS_STATES", 20)
+        ans = decide(inst, q, Semantics.PAPER)
+    assert ans.verdict is Verdict.DEPLOYABLE and ans.procedure == "breadth-first search"

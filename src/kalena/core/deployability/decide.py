@@ -29,6 +29,10 @@ FIRST_BFS_STATES = 20_000
 #: width of 1000 finds witnesses as short as (pyramids) or a little longer than (trees) the
 #: breadth-first ones, in about a second.
 PROBE_WIDTH = 1000
+#: Average states per BFS level above which the vectorised search is used: each level is a few
+#: dozen NumPy passes (about a millisecond), so it pays off only when a level holds hundreds of
+#: states (pebbling: thousands; the Petri-net protocols: a handful).
+WIDE_LEVEL = 200
 
 #: First count cap for spread-counted pairs that no capacity bounds; doubled while the search
 #: reports a cut and the budget lasts (2 is the least cap at which a skew can differ from 1).
@@ -162,11 +166,7 @@ def _search_answer(
         comp = compile_question(tb, rel, targets, init, classes, cap)
         canon = Canonicalizer(comp, classes)
         left = Budget(max(1, budget.max_states - explored), budget.should_stop, budget.check_every)
-        vectorised = search_vec.applicable(comp, canon.active)
-        if vectorised:
-            res, how = _vectorised(comp, left)
-        else:
-            res, how = search(comp, canon, left), "breadth-first search"
+        res, how = _searched(comp, canon, left)
         explored += res.states
         capped = any(g.search_capped for g in comp.guards)
         reductions = _reductions(tb, rel, comp, canon, capped, cap)
@@ -229,27 +229,47 @@ def _unwitnessed(tb: Tables, targets: Sequence[Pair]) -> list[str]:
     return out
 
 
-def _vectorised(comp, budget: Budget) -> tuple[SearchResult, str]:
-    """Bounded BFS, then a beam probe, then the full BFS; each phase's states count against the budget.
+def _searched(comp, canon: Canonicalizer, budget: Budget) -> tuple[SearchResult, str]:
+    """Pick the search: plain BFS first; the vectorised one when its levels are wide.
 
-    The probe only ever *finds* witnesses (replayed like any other); it never concludes
-    ``not-deployable``, so the answer is the full BFS's whenever the probe finds nothing.
+    The plain search runs up to :data:`FIRST_BFS_STATES` states; most questions end there with a
+    shortest witness. If it has not ended, the state fits one word, and its levels are wide
+    (at least :data:`WIDE_LEVEL` states per level on average: a level is one NumPy pass, which
+    pays off only over many states), the vectorised search and its beam probe take over;
+    otherwise the plain search starts again with the whole budget. States of every phase count
+    against the budget.
+    """
+    plain = "breadth-first search"
+    first = search(
+        comp, canon, Budget(min(budget.max_states, FIRST_BFS_STATES), budget.should_stop, budget.check_every)
+    )
+    if first.found or first.stopped != "max-states" or budget.max_states <= FIRST_BFS_STATES:
+        return first, plain
+    explored = first.states
+    left = Budget(max(1, budget.max_states - explored), budget.should_stop, budget.check_every)
+    wide = first.states >= WIDE_LEVEL * max(1, first.depth)
+    if not (wide and search_vec.applicable(comp, canon.active)):
+        rest = search(comp, canon, left)
+        rest.states += explored
+        return rest, plain
+    res, how = _vectorised(comp, left)
+    res.states += explored
+    return res, how
+
+
+def _vectorised(comp, budget: Budget) -> tuple[SearchResult, str]:
+    """A beam probe, then the full vectorised BFS; the probe only ever *finds* witnesses.
+
+    A witness the probe finds is replayed like any other; it never concludes ``not-deployable``,
+    so the answer is the full BFS's whenever the probe finds nothing.
     """
     bfs = "breadth-first search (vectorised, one word per state)"
-    first = search_vec.search_vec(comp, Budget(min(budget.max_states, FIRST_BFS_STATES), budget.should_stop))
-    if first.found or first.stopped != "max-states" or budget.max_states <= FIRST_BFS_STATES:
-        return first, bfs
-    explored = first.states
     levels = 3 * len(comp.slot_class) + 10  # witnesses seen so far are at most twice the slots long
-    probe = search_vec.search_vec(
-        comp, Budget(budget.max_states - explored, budget.should_stop), width=PROBE_WIDTH, max_levels=levels
-    )
-    explored += probe.states
+    probe = search_vec.search_vec(comp, budget, width=PROBE_WIDTH, max_levels=levels)
+    explored = probe.states
     if probe.found:
-        probe.states = explored
         return probe, f"beam probe (width {PROBE_WIDTH}) after {FIRST_BFS_STATES:,} breadth-first states"
     if probe.stopped in ("timeout", "max-states"):
-        probe.states = explored
         return probe, bfs
     full = search_vec.search_vec(comp, Budget(max(1, budget.max_states - explored), budget.should_stop))
     full.states += explored

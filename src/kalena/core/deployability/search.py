@@ -55,6 +55,7 @@ class SearchResult:
     states_along: list[State] = field(default_factory=list)  # concrete states before each move
     cut: bool = False  # a search count cap pruned at least one move
     stopped: str = ""  # "", "max-states" or "timeout"
+    depth: int = 0  # BFS levels completed when the search ended
 
 
 def _bits(x: int) -> Iterator[int]:
@@ -189,11 +190,15 @@ def search(c: Compiled, canon: Canonicalizer, budget: Budget) -> SearchResult:
     frontier: deque[State] = deque([start])
     ex = _Expander(c)
     expanded = 0
+    depth, level_left = 0, 1  # states of the current level still to expand
     while frontier:
+        if level_left == 0:
+            depth, level_left = depth + 1, len(frontier)
+        level_left -= 1
         state = frontier.popleft()
         expanded += 1
         if budget.should_stop is not None and expanded % budget.check_every == 0 and budget.should_stop():
-            return SearchResult(False, len(parent), cut=ex.cut, stopped="timeout")
+            return SearchResult(False, len(parent), cut=ex.cut, stopped="timeout", depth=depth)
         for move in ex.moves(state):
             key = canon.canon(apply(c, state, move))
             if key in parent:
@@ -204,7 +209,7 @@ def search(c: Compiled, canon: Canonicalizer, budget: Budget) -> SearchResult:
                 concrete, along = _concretize(c, canon, moves)
                 return SearchResult(True, len(parent), concrete, along, ex.cut)
             if len(parent) >= budget.max_states:
-                return SearchResult(False, len(parent), cut=ex.cut, stopped="max-states")
+                return SearchResult(False, len(parent), cut=ex.cut, stopped="max-states", depth=depth)
             frontier.append(key)
     return SearchResult(False, len(parent), cut=ex.cut)
 
