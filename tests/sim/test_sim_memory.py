@@ -19,7 +19,7 @@ def _rows(res, use):
     return r, u
 
 
-# (id, reservations, usages, capacity, flagged, over, high)
+# (id, reservations, usages, capacity, breached, over, high)
 SCREEN = [
     ("calm", [4, 4], [3, 3], 10, False, False, False),
     ("usage-above-reservation-breaches", [4, 4], [6.5, 3.2], 10, True, False, True),
@@ -30,17 +30,18 @@ SCREEN = [
 
 
 @pytest.mark.parametrize(
-    ("res", "use", "cap", "flagged", "over", "high"), [c[1:] for c in SCREEN], ids=[c[0] for c in SCREEN]
+    ("res", "use", "cap", "breached", "over", "high"), [c[1:] for c in SCREEN], ids=[c[0] for c in SCREEN]
 )
-def test_screen(res, use, cap, flagged, over, high):
+def test_screen_and_node_pressure(res, use, cap, breached, over, high):
     r, u = _rows(res, use)
     capacity = np.full((1, NDIM), INF)
     capacity[0, RAM] = cap
-    f, o, h = memory.screen(
-        np.arange(len(res)), np.zeros(len(res), dtype=np.int64), r, u, capacity, capacity, 0.95
-    )
+    rows = np.arange(len(res))
+    flagged = memory.screen(rows, np.zeros(len(res), dtype=np.int64), r, u, r.sum(axis=0)[None], capacity)
     j = list(memory.DIMS_NC).index(RAM)
-    assert (f[0, j], o[0, j], h[0, j]) == (flagged, over, high)
+    assert flagged[0, j] == breached
+    o, h = memory.node_pressure(u, capacity[0], 0.95)
+    assert (o[j], h[j]) == (over, high)
 
 
 # (id, is_batch, usage, limit, capacity, killed rows in order)

@@ -360,9 +360,7 @@ class Simulation:
         led, t = self.ledger, self.table
         rs = led.row_arrays()
         live = rs.live_rows()
-        flagged, over, high = memory.screen(
-            live, rs.node, rs.reservation, t.usage, self.cap, led.capacity_tol, self.cfg.memory_high
-        )
+        flagged = memory.screen(live, rs.node, rs.reservation, t.usage, led.reservation_sum, led.capacity_tol)
         nodes = set(np.flatnonzero(flagged.any(axis=1)).tolist())
         if self.cfg.production_ram_limit_ratio is not None:  # own-limit breaches anywhere
             p = self.n_prod
@@ -373,7 +371,8 @@ class Simulation:
             rows = self.node_rows.of(n)
             persisted = False
             if flagged[n].any():
-                snap = snapshot(led, t, n, rows, memory.conditions(over[n], high[n]))
+                over, high = memory.node_pressure(t.usage[rows], self.cap[n], self.cfg.memory_high)
+                snap = snapshot(led, t, n, rows, memory.conditions(over, high))
                 plan = plan_evictions(snap, self.cfg.eviction, now)
                 for i, v in enumerate(plan.victims):
                     self._evict(v, n, plan.epoch + i, now)

@@ -5,8 +5,8 @@ core's effective reservation ``r' = max(r, u)`` (``u`` missing -> ``r``),
 
     breached_n = sum r'_nd > C~_nd        over_n = sum u_nd > C_nd        high_n = sum u_nd > h * C_nd
 
-The core's ``plan_evictions`` is called on every node that is breached or over capacity (the only
-nodes where its plan can name a victim or report the ledger unresolved); ``high`` is the
+The core's ``plan_evictions`` is called on every breached node (an over-capacity node is breached
+too, and only there can its plan name a victim or report the ledger unresolved); ``high`` is the
 memory.high-like trigger passed in its conditions, and ``over`` marks the pressure acute.
 
 **Kernel OOM.** After the plan is carried out, a node whose remaining memory usage still exceeds
@@ -31,31 +31,35 @@ def screen(
     node: np.ndarray,
     reservation: np.ndarray,
     usage: np.ndarray,
-    capacity: np.ndarray,
+    reservation_sum: np.ndarray,
     capacity_tol: np.ndarray,
-    memory_high: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(breached | over, over, high), each (N, len(DIMS_NC)) bool: module formula.
+) -> np.ndarray:
+    """(N, len(DIMS_NC)) bool: the breached nodes of the module formula.
 
-    A dimension no node constrains (capacity ``inf`` everywhere, as Irina's storage) cannot be
-    pressured and is skipped.
+    ``sum r' = U + sum max(0, u - r)`` with ``U`` the ledger's reservation sums, so only the rows
+    using more than their reservation are summed. A node over capacity is breached too
+    (``sum u <= sum r'``), so this is every node the eviction policy must see. A dimension no node
+    constrains (capacity ``inf`` everywhere, as Irina's storage) is skipped.
     """
-    n = len(capacity)
-    on = node[live]
-    eff_sum = np.zeros((n, len(DIMS_NC)))
-    use_sum = np.zeros((n, len(DIMS_NC)))
+    n = len(capacity_tol)
+    out = np.zeros((n, len(DIMS_NC)), dtype=bool)
     for j, d in enumerate(DIMS_NC):
-        if not np.isfinite(capacity[:, d]).any():
+        if not np.isfinite(capacity_tol[:, d]).any():
             continue
-        u = usage[live, d]
-        r = reservation[live, d]
-        known = ~np.isnan(u)
-        eff_sum[:, j] = np.bincount(on, weights=np.where(known, np.fmax(r, u), r), minlength=n)
-        use_sum[:, j] = np.bincount(on, weights=np.where(known, u, 0.0), minlength=n)
-    cap = capacity[:, DIMS_NC]
-    over = use_sum > cap
-    breached = eff_sum > capacity_tol[:, DIMS_NC]
-    return breached | over, over, use_sum > memory_high * cap
+        u, r = usage[live, d], reservation[live, d]
+        above = u > r  # NaN (no sample) compares False: r' = r
+        excess = np.bincount(node[live[above]], weights=u[above] - r[above], minlength=n)
+        out[:, j] = reservation_sum[:, d] + excess > capacity_tol[:, d]
+    return out
+
+
+def node_pressure(
+    usage: np.ndarray, capacity: np.ndarray, memory_high: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(over, high) of one node from its rows' usage (W, 8): ``sum u > C`` and ``sum u > h * C``."""
+    use = np.nansum(usage[:, DIMS_NC], axis=0)
+    cap = capacity[DIMS_NC]
+    return use > cap, use > memory_high * cap
 
 
 def conditions(over: np.ndarray, high: np.ndarray) -> NodeConditions:

@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from kalena.core.resources import CPU, DISK_READ, DISK_WRITE, GPU, NDIM, NET_IN, NET_OUT, RAM, STORAGE
+from kalena.core.resources import CPU, DISK_READ, DISK_WRITE, NDIM, NET_IN, NET_OUT, RAM, STORAGE
 from kalena.sim.params import TABLE_LEVELS, ProductionParams
 
 
@@ -45,8 +45,8 @@ def copula_draw(tables: np.ndarray, corr: np.ndarray, n: int, rng: np.random.Gen
     return np.column_stack([np.interp(u[:, j], TABLE_LEVELS, tables[j]) for j in range(len(tables))])
 
 
-_CPU_LIKE = (CPU, DISK_READ, DISK_WRITE, NET_IN, NET_OUT)
-_RAM_LIKE = (RAM, STORAGE)
+_CPU_LIKE = np.array([CPU, DISK_READ, DISK_WRITE, NET_IN, NET_OUT])
+_RAM_LIKE = np.array([RAM, STORAGE])
 
 
 class ProductionUsage:
@@ -75,6 +75,8 @@ class ProductionUsage:
         self.x = rng.normal(0.0, params.noise_log_sd, n)  # start in the stationary distribution
         self.y = rng.normal(0.0, params.ram_noise_log_sd, n)
         self.bursting = np.zeros(n, dtype=bool)
+        self._dt = float("nan")
+        self._factor = np.ones((n, NDIM))  # gpu column stays 1: gpu usage is the request
 
     def restart(self, pods: np.ndarray) -> None:
         """A killed pod restarts: its noise and burst state start afresh (its profile stays)."""
@@ -82,27 +84,37 @@ class ProductionUsage:
         self.y[pods] = 0.0
         self.bursting[pods] = False
 
+    def _constants(self, dt: float) -> tuple[float, float, float, float, np.ndarray, float]:
+        """Per-step constants for a step of ``dt`` (cached: the step is almost always the same)."""
+        if self._dt != dt:
+            p = self.params
+            a, b = np.exp(-dt / p.noise_tau_s), np.exp(-dt / p.ram_noise_tau_s)
+            self._consts = (
+                a,
+                np.sqrt(1.0 - a * a) * p.noise_log_sd,
+                b,
+                np.sqrt(1.0 - b * b) * p.ram_noise_log_sd,
+                -np.expm1(-self.burst_rate * dt / 3600.0),  # P(a burst starts)
+                float(np.exp(-dt / p.burst_duration_s)),  # P(a burst goes on)
+            )
+            self._dt = dt
+        return self._consts
+
     def step(self, t: float, dt: float) -> np.ndarray:
         """Usage at time ``t`` after a step of ``dt`` seconds, shape (P, 8)."""
-        p, rng, n = self.params, self.rng, self.n
-        z = rng.standard_normal((2, n))
-        u = rng.random((2, n))
-        a = np.exp(-dt / p.noise_tau_s)
-        self.x = a * self.x + np.sqrt(1.0 - a * a) * p.noise_log_sd * z[0]
-        b = np.exp(-dt / p.ram_noise_tau_s)
-        self.y = b * self.y + np.sqrt(1.0 - b * b) * p.ram_noise_log_sd * z[1]
-        start = u[0] < -np.expm1(-self.burst_rate * dt / 3600.0)
-        stay = u[1] < np.exp(-dt / p.burst_duration_s)
-        self.bursting = np.where(self.bursting, stay, start)
+        p, n = self.params, self.n
+        a, sa, b, sb, p_start, p_stay = self._constants(dt)
+        z = self.rng.standard_normal((2, n))
+        u = self.rng.random((2, n))
+        self.x = a * self.x + sa * z[0]
+        self.y = b * self.y + sb * z[1]
+        self.bursting = np.where(self.bursting, u[1] < p_stay, u[0] < p_start)
         phase = np.sin(2.0 * np.pi * (t / 3600.0 - self.peak_hour + 6.0) / 24.0)
         cpu_f = self.mu * (1.0 + self.amplitude * phase) * np.exp(self.x - p.noise_log_sd**2 / 2.0)
         ram_f = self.nu * (1.0 + p.ram_amplitude * phase) * np.exp(self.y - p.ram_noise_log_sd**2 / 2.0)
-        cpu_f = np.where(self.bursting, np.maximum(cpu_f, self.pi), cpu_f)
-        ram_f = np.where(self.bursting, np.maximum(ram_f, self.kappa), ram_f)
-        out = np.empty((n, NDIM))
-        for d in _CPU_LIKE:
-            out[:, d] = self.requests[:, d] * cpu_f
-        for d in _RAM_LIKE:
-            out[:, d] = self.requests[:, d] * ram_f
-        out[:, GPU] = self.requests[:, GPU]
-        return out
+        np.maximum(cpu_f, self.pi, out=cpu_f, where=self.bursting)
+        np.maximum(ram_f, self.kappa, out=ram_f, where=self.bursting)
+        factor = self._factor
+        factor[:, _CPU_LIKE] = cpu_f[:, None]
+        factor[:, _RAM_LIKE] = ram_f[:, None]
+        return self.requests * factor
