@@ -11,10 +11,20 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 2
 fi
 
-# Python packages, in a project-local virtual environment.
+# System packages: SPIN, the model checker the deployability tests and benchmark compare against.
+if ! command -v spin >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq spin >/dev/null
+  else
+    echo "note: SPIN is not installed and cannot be installed here (needs root and apt-get);" \
+      "its peer tests will be skipped" >&2
+  fi
+fi
+
+# Python packages, in a project-local virtual environment ('bench' brings the Fast Downward peer).
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test,bench]'
 export PATH="$PWD/.venv/bin:$PATH"
 
 echo "== ruff"
