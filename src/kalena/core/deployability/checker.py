@@ -71,7 +71,35 @@ class _World:
         self.pods = {t.id: t for t in instance.types}
         self.nodes = {n.name: n for n in instance.nodes}
         self.inst = instance
-        self.running: dict[tuple[str, str], int] = {k: v for k, v in instance.initial.items() if v > 0}
+        self.on: dict[str, dict[str, int]] = {}  # node -> pod type -> running count
+        for (tid, nn), v in instance.initial.items():
+            if v > 0:
+                self.on.setdefault(nn, {})[tid] = v
+        self._groups: dict[str, dict[str, list[str]]] = {}  # topology key -> value -> nodes
+        self._anti_keys = sorted({term.topology_key for u in instance.types for term in u.anti_affinity})
+
+    def count(self, tid: str, nn: str) -> int:
+        return self.on.get(nn, {}).get(tid, 0)
+
+    def bump(self, tid: str, nn: str, by: int) -> None:
+        here = self.on.setdefault(nn, {})
+        here[tid] = here.get(tid, 0) + by
+        if here[tid] == 0:
+            del here[tid]
+
+    def _around(self, key: str, n) -> Iterable[tuple[object, object, int]]:
+        """Running pods on nodes whose label ``key`` equals ``n``'s (none when ``n`` lacks it)."""
+        if key not in n.labels:
+            return
+        if key not in self._groups:
+            g: dict[str, list[str]] = {}
+            for m in self.inst.nodes:
+                if key in m.labels:
+                    g.setdefault(m.labels[key], []).append(m.name)
+            self._groups[key] = g
+        for nn in self._groups[key][n.labels[key]]:
+            for tid, c in self.on.get(nn, {}).items():
+                yield self.pods[tid], self.nodes[nn], c
 
     # --- static -------------------------------------------------------------------------------
     def _static(self, t, n) -> bool:
@@ -116,26 +144,20 @@ class _World:
         return key in a.labels and key in b.labels and a.labels[key] == b.labels[key]
 
     def _live(self) -> Iterable[tuple[object, object, int]]:
-        for (tid, nn), c in self.running.items():
-            if c > 0:
+        for nn, here in self.on.items():
+            for tid, c in here.items():
                 yield self.pods[tid], self.nodes[nn], c
 
     def _affinity_ok(self, t, n) -> bool:
-        live = list(self._live())
         if self.paper:
             for term in t.affinity:
-                hit = any(
-                    self._in_scope(term, t, u) and self._near(term.topology_key, n, m) for u, m, _ in live
-                )
-                if hit:
+                if any(self._in_scope(term, t, u) for u, _, _ in self._around(term.topology_key, n)):
                     continue
-                anywhere = any(self._in_scope(term, t, u) for u, _, _ in live)
+                anywhere = any(self._in_scope(term, t, u) for u, _, _ in self._live())
                 if not (self._in_scope(term, t, t) and not anywhere):
                     return False
             for term in t.anti_affinity:
-                if any(
-                    self._in_scope(term, t, u) and self._near(term.topology_key, n, m) for u, m, _ in live
-                ):
+                if any(self._in_scope(term, t, u) for u, _, _ in self._around(term.topology_key, n)):
                     return False
             return True
         # kube-scheduler
@@ -143,20 +165,26 @@ class _World:
         if terms:
             if any(term.topology_key not in n.labels for term in terms):
                 return False
-            full = [(u, m) for u, m, _ in live if all(self._in_scope(term, t, u) for term in terms)]
-            satisfied = all(any(self._near(term.topology_key, n, m) for _, m in full) for term in terms)
+
+            def matches_all(u) -> bool:
+                return all(self._in_scope(term, t, u) for term in terms)
+
+            satisfied = all(
+                any(matches_all(u) for u, _, _ in self._around(term.topology_key, n)) for term in terms
+            )
             if not satisfied:
-                counted = any(any(term.topology_key in m.labels for term in terms) for _, m in full)
-                self_ok = all(self._in_scope(term, t, t) for term in terms)
-                if counted or not self_ok:
+                keys = [term.topology_key for term in terms]
+                counted = any(matches_all(u) and any(k in m.labels for k in keys) for u, m, _ in self._live())
+                if counted or not matches_all(t):
                     return False
         for term in t.anti_affinity:
-            if any(self._in_scope(term, t, u) and self._near(term.topology_key, n, m) for u, m, _ in live):
+            if any(self._in_scope(term, t, u) for u, _, _ in self._around(term.topology_key, n)):
                 return False
-        for u, m, _ in live:
-            for term in u.anti_affinity:
-                if self._in_scope(term, u, t) and self._near(term.topology_key, n, m):
-                    return False
+        for key in self._anti_keys:
+            for u, _, _ in self._around(key, n):
+                for term in u.anti_affinity:
+                    if term.topology_key == key and self._in_scope(term, u, t):
+                        return False
         return True
 
     # --- resources and spread -----------------------------------------------------------------
@@ -165,7 +193,7 @@ class _World:
             want = t.requests.get(dim, 0)
             if want == 0:
                 continue
-            used = sum(c * u.requests.get(dim, 0) for u, m, c in self._live() if m.name == n.name)
+            used = sum(c * self.pods[tid].requests.get(dim, 0) for tid, c in self.on.get(n.name, {}).items())
             if used + want > cap:
                 return False
         return True
@@ -228,47 +256,54 @@ def feasible(
 ) -> bool:
     """Hard(t, n, config), computed by the checker's own code (used by the tests' brute force)."""
     w = _World(instance, semantics)
-    w.running = {k: v for k, v in config.items() if v > 0}
+    w.on = {}
+    for (tid, nn), v in config.items():
+        if v > 0:
+            w.bump(tid, nn, v)
     return w.feasible(type_id, node)
 
 
 class Checker:
-    """Replays many witnesses over one instance (the instance is flattened once)."""
+    """Replays many witnesses over one instance (flattened once; each replay is undone after)."""
 
     def __init__(self, instance: Instance, semantics: Semantics) -> None:
         self._world = _World(instance, semantics)
-        self._initial = dict(self._world.running)
 
     def replay(self, steps: Sequence[Step], targets: Sequence[tuple[str, str]]) -> Replay:
         """Replay ``steps`` from the initial configuration; every target must hold at the end."""
         w = self._world
-        w.running = dict(self._initial)
-        return _replay(w, steps, targets)
+        done: list[tuple[str, str, int]] = []
+        try:
+            return _replay(w, steps, targets, done)
+        finally:
+            for tid, nn, by in reversed(done):
+                w.bump(tid, nn, -by)
 
 
 def replay(
     instance: Instance, semantics: Semantics, steps: Sequence[Step], targets: Sequence[tuple[str, str]]
 ) -> Replay:
     """Replay ``steps`` from the initial configuration and check that every target holds at the end."""
-    return _replay(_World(instance, semantics), steps, targets)
+    return _replay(_World(instance, semantics), steps, targets, [])
 
 
-def _replay(w: _World, steps: Sequence[Step], targets: Sequence[tuple[str, str]]) -> Replay:
+def _replay(
+    w: _World, steps: Sequence[Step], targets: Sequence[tuple[str, str]], done: list[tuple[str, str, int]]
+) -> Replay:
     for i, s in enumerate(steps):
         if s.pod_type not in w.pods or s.node not in w.nodes:
             return Replay(False, i, f"step {i + 1} names an unknown pod type or node")
-        key = (s.pod_type, s.node)
         if s.op is Op.DELETE:
-            if w.running.get(key, 0) < 1:
+            if w.count(s.pod_type, s.node) < 1:
                 return Replay(False, i, f"step {i + 1}: no {s.pod_type} runs on {s.node}")
-            w.running[key] -= 1
-            if w.running[key] == 0:
-                del w.running[key]
+            w.bump(s.pod_type, s.node, -1)
+            done.append((s.pod_type, s.node, -1))
         else:
             if not w.feasible(s.pod_type, s.node):
                 return Replay(False, i, f"step {i + 1}: {s.pod_type} may not be deployed on {s.node}")
-            w.running[key] = w.running.get(key, 0) + 1
+            w.bump(s.pod_type, s.node, 1)
+            done.append((s.pod_type, s.node, 1))
     for tid, node in targets:
-        if w.running.get((tid, node), 0) < 1:
+        if w.count(tid, node) < 1:
             return Replay(False, len(steps), f"after the last step no {tid} runs on {node}")
     return Replay(True)

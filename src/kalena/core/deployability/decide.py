@@ -98,6 +98,10 @@ def _empty_check(
             reasons=tuple(f"fails in the empty configuration: {f.render()}" for f in fails),
             **base,
         )
+    if ev.ok(query.pod, query.node, instance.initial):  # nothing running blocks it
+        return Answer(
+            Verdict.DEPLOYABLE, witness=(Step(Op.DEPLOY, query.pod, query.node),), states_explored=1, **base
+        )
     t, n = tb.tindex[query.pod], tb.nindex[query.node]
     init = _initial_pairs(tb, instance)
     universe: dict[int, list[int]] = {}

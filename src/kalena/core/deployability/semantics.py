@@ -73,8 +73,23 @@ class Failure:
         return f"{text} ({self.detail})" if self.detail else text
 
 
+class Running:
+    """A configuration indexed by node: ``(type, node, count)`` rows, all of them and per node."""
+
+    def __init__(self, ev: Evaluator, config: Config) -> None:
+        self.all = [(ev.types[tid], ev.nodes[m], c) for (tid, m), c in config.items() if c > 0]
+        self.by_node: dict[str, list[tuple[PodType, Node, int]]] = defaultdict(list)
+        for row in self.all:
+            self.by_node[row[1].name].append(row)
+
+
 class Evaluator:
-    """Hard(t, n, sigma) over one instance; indexes types and nodes once."""
+    """Hard(t, n, sigma) over one instance; indexes types, nodes and domains once.
+
+    Checks look only at the pods in the domain they concern (the node for capacity, ``D_tau(n)``
+    for a term), so a question about one node in a large cluster costs what that node's domains
+    hold, plus a full scan only for the bootstrap exception and spread minima.
+    """
 
     def __init__(self, instance: Instance, semantics: Semantics) -> None:
         self.instance = instance
@@ -82,11 +97,39 @@ class Evaluator:
         self.types: dict[str, PodType] = {t.id: t for t in instance.types}
         self.nodes: dict[str, Node] = {n.name: n for n in instance.nodes}
         self._ns_cache: dict[str, Mapping[str, str]] = {}
+        self._domains: dict[str, dict[str, list[str]]] = {}
+        self._anti_keys = sorted({a.topology_key for t in instance.types for a in t.anti_affinity})
+        self._initial: Running | None = None
 
     def ns_labels(self, ns: str) -> Mapping[str, str]:
         if ns not in self._ns_cache:
             self._ns_cache[ns] = self.instance.ns_labels(ns)
         return self._ns_cache[ns]
+
+    def running(self, config: Config) -> Running:
+        """The index of ``config`` (the instance's own initial configuration is indexed once)."""
+        if config is self.instance.initial:
+            if self._initial is None:
+                self._initial = Running(self, config)
+            return self._initial
+        return Running(self, config)
+
+    def domain(self, key: str, n: Node) -> list[str]:
+        """``D_key(n)`` as node names (empty when ``n`` has no label ``key``)."""
+        if key not in n.labels:
+            return []
+        if key not in self._domains:
+            acc: dict[str, list[str]] = defaultdict(list)
+            for node in self.instance.nodes:
+                if key in node.labels:
+                    acc[node.labels[key]].append(node.name)
+            self._domains[key] = acc
+        return self._domains[key][n.labels[key]]
+
+    def near(self, running: Running, key: str, n: Node):
+        """Running rows on ``D_key(n)``."""
+        for m in self.domain(key, n):
+            yield from running.by_node.get(m, ())
 
     # ------------------------------------------------------------------------------------------
     def hard(
@@ -99,10 +142,10 @@ class Evaluator:
         n = self.nodes.get(node_name)
         if n is None:
             return (Failure(FailureCode.UNKNOWN_NODE, node_name),)
-        present = [(self.types[tid], self.nodes[m], c) for (tid, m), c in config.items() if c > 0]
+        running = self.running(config)
         out: list[Failure] = []
         for check in (self._resources, self._static, self._affinity, self._anti, self._spread):
-            out.extend(check(t, n, present))
+            out.extend(check(t, n, running))
             if first and out:
                 return (out[0],)
         return tuple(out)
@@ -111,12 +154,11 @@ class Evaluator:
         return not self.hard(type_id, node_name, config, first=True)
 
     # ------------------------------------------------------------------------------------------
-    def _resources(self, t: PodType, n: Node, present: list) -> list[Failure]:
+    def _resources(self, t: PodType, n: Node, running: Running) -> list[Failure]:
         used: dict[str, int] = defaultdict(int)
-        for u, m, c in present:
-            if m.name == n.name:
-                for dim, v in u.requests.items():
-                    used[dim] += c * v
+        for u, _, c in running.by_node.get(n.name, ()):
+            for dim, v in u.requests.items():
+                used[dim] += c * v
         out = []
         for dim, cap in sorted(n.allocatable.items()):
             req = t.requests.get(dim, 0)
@@ -124,7 +166,7 @@ class Evaluator:
                 out.append(Failure(FailureCode.INSUFFICIENT_RESOURCE, dim, req, used[dim], cap))
         return out
 
-    def _static(self, t: PodType, n: Node, present: list) -> list[Failure]:
+    def _static(self, t: PodType, n: Node, running: Running) -> list[Failure]:
         out = []
         if not lb.node_affinity_matches(t, n):
             out.append(Failure(FailureCode.NODE_AFFINITY, "nodeSelector / required nodeAffinity"))
@@ -136,23 +178,18 @@ class Evaluator:
     def _matches(self, term, owner: PodType, pod: PodType) -> bool:
         return lb.term_matches(term, owner, pod, self.semantics, self.ns_labels)
 
-    @staticmethod
-    def _same_domain(key: str, a: Node, b: Node) -> bool:
-        return key in a.labels and key in b.labels and a.labels[key] == b.labels[key]
-
-    def _affinity(self, t: PodType, n: Node, present: list) -> list[Failure]:
+    def _affinity(self, t: PodType, n: Node, running: Running) -> list[Failure]:
         terms = t.affinity
         if not terms:
             return []
         if self.semantics is Semantics.PAPER:
             out = []
             for i, term in enumerate(terms):
-                if any(
-                    self._matches(term, t, u) and self._same_domain(term.topology_key, n, m)
-                    for u, m, _ in present
-                ):
+                if any(self._matches(term, t, u) for u, _, _ in self.near(running, term.topology_key, n)):
                     continue
-                if self._matches(term, t, t) and not any(self._matches(term, t, u) for u, _, _ in present):
+                if self._matches(term, t, t) and not any(
+                    self._matches(term, t, u) for u, _, _ in running.all
+                ):
                     continue  # per-term bootstrap
                 out.append(
                     Failure(
@@ -163,37 +200,36 @@ class Evaluator:
         missing = [term.topology_key for term in terms if term.topology_key not in n.labels]
         if missing:
             return [Failure(FailureCode.TOPOLOGY_KEY_MISSING, f"node has no label {missing[0]}")]
-        witnesses = [(u, m) for u, m, _ in present if all(self._matches(term, t, u) for term in terms)]
-        if all(any(self._same_domain(term.topology_key, n, m) for _, m in witnesses) for term in terms):
+
+        def witness(u: PodType) -> bool:
+            return all(self._matches(term, t, u) for term in terms)
+
+        if all(any(witness(u) for u, _, _ in self.near(running, term.topology_key, n)) for term in terms):
             return []
         keys = {term.topology_key for term in terms}
-        counted = any(any(k in m.labels for k in keys) for _, m in witnesses)
-        if not counted and all(self._matches(term, t, t) for term in terms):
+        counted = any(witness(u) and any(k in m.labels for k in keys) for u, m, _ in running.all)
+        if not counted and witness(t):
             return []  # global all-terms bootstrap
         return [Failure(FailureCode.POD_AFFINITY, "no running pod matching all affinity terms in the domain")]
 
-    def _anti(self, t: PodType, n: Node, present: list) -> list[Failure]:
+    def _anti(self, t: PodType, n: Node, running: Running) -> list[Failure]:
         out = []
         for i, term in enumerate(t.anti_affinity):
-            if any(
-                self._matches(term, t, u) and self._same_domain(term.topology_key, n, m)
-                for u, m, _ in present
-            ):
+            if any(self._matches(term, t, u) for u, _, _ in self.near(running, term.topology_key, n)):
                 out.append(Failure(FailureCode.POD_ANTI_AFFINITY, f"term {i} ({term.topology_key})"))
         if self.semantics is Semantics.KUBERNETES:
-            for u, m, _ in present:
-                for term in u.anti_affinity:
-                    if self._matches(term, u, t) and self._same_domain(term.topology_key, n, m):
+            for key in self._anti_keys:
+                for u, m, _ in self.near(running, key, n):
+                    if any(
+                        term.topology_key == key and self._matches(term, u, t) for term in u.anti_affinity
+                    ):
                         out.append(
-                            Failure(
-                                FailureCode.EXISTING_POD_ANTI_AFFINITY,
-                                f"{u.id} on {m.name} ({term.topology_key})",
-                            )
+                            Failure(FailureCode.EXISTING_POD_ANTI_AFFINITY, f"{u.id} on {m.name} ({key})")
                         )
                         break
         return out
 
-    def _spread(self, t: PodType, n: Node, present: list) -> list[Failure]:
+    def _spread(self, t: PodType, n: Node, running: Running) -> list[Failure]:
         out = []
         for i, c in enumerate(t.spread):
             key = c.topology_key
@@ -205,7 +241,7 @@ class Evaluator:
                 out.append(Failure(FailureCode.SPREAD_NOT_ELIGIBLE, key))
                 continue
             counts: dict[str, int] = {self.nodes[m].labels[key]: 0 for m in eligible}
-            for u, m, cnt in present:
+            for u, m, cnt in running.all:
                 if m.name in eligible and lb.spread_selects(t, c.selector, u, self.semantics):
                     counts[m.labels[key]] += cnt
             gmin = min(counts.values()) if len(counts) >= c.min_domains else 0
