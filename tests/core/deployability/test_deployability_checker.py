@@ -5,10 +5,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kalena.core.deployability import Op, Semantics, Step, replay
-from kalena.testing.deployability import instance, knode, ptype, term
+from kalena.core.deployability.checker import Checker
+from kalena.testing.deployability import instance, knode, ptype, random_instance, term
 
 K = Semantics.KUBERNETES
 DB = ptype("db", labels={"app": "db"}, requests={"cpu": 1})
@@ -71,3 +75,20 @@ def test_checker_imports_nothing_from_the_search():
     ours = {m.rsplit(".", 1)[-1] for m in imported if m.startswith("kalena")}
     assert ours <= {"answer", "model"}, ours
     assert not ours & SEARCH_MODULES
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), sem=st.sampled_from(list(Semantics)))
+def test_a_shared_checker_replays_like_a_fresh_one(seed, sem):
+    """Checker undoes each replay (and keeps spread tallies only for the configuration they describe)."""
+    rng = np.random.default_rng(seed)
+    inst = random_instance(rng, n_nodes=3, n_types=4, pods_cap=3)
+    shared = Checker(inst, sem)
+    for _ in range(6):
+        steps = []
+        for _ in range(int(rng.integers(1, 6))):
+            t = inst.types[int(rng.integers(0, 4))].id
+            n = inst.nodes[int(rng.integers(0, 3))].name
+            steps.append(Step(Op.DEPLOY if rng.random() < 0.7 else Op.DELETE, t, n))
+        target = [(steps[-1].pod_type, steps[-1].node)]
+        assert shared.replay(steps, target) == replay(inst, sem, steps, target)

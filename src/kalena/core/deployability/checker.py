@@ -77,11 +77,19 @@ class _World:
                 self.on.setdefault(nn, {})[tid] = v
         self._groups: dict[str, dict[str, list[str]]] = {}  # topology key -> value -> nodes
         self._anti_keys = sorted({term.topology_key for u in instance.types for term in u.anti_affinity})
+        # a fresh number for every configuration change (never reused); a replay that undoes its
+        # steps restores the number it started from, since the configuration is that one again
+        self.version = 0
+        self._fresh = 0
+        self._members: dict[tuple[str, int], list] = {}  # spread constraint -> eligible nodes
+        self._tallies: dict[tuple[str, int], tuple[int, dict[str, int]]] = {}
 
     def count(self, tid: str, nn: str) -> int:
         return self.on.get(nn, {}).get(tid, 0)
 
     def bump(self, tid: str, nn: str, by: int) -> None:
+        self._fresh += 1
+        self.version = self._fresh
         here = self.on.setdefault(nn, {})
         here[tid] = here.get(tid, 0) + by
         if here[tid] == 0:
@@ -198,32 +206,44 @@ class _World:
                 return False
         return True
 
+    def _eligible(self, t, i: int) -> list:
+        key = (t.id, i)
+        if key not in self._members:
+            c, keys = t.spread[i], [x.topology_key for x in t.spread]
+            self._members[key] = [
+                m
+                for m in self.inst.nodes
+                if all(k in m.labels for k in keys)
+                and not (c.node_affinity_policy == "Honor" and not _node_affinity_only(t, m))
+                and not (c.node_taints_policy == "Honor" and not self._tolerated(t, m))
+            ]
+        return self._members[key]
+
+    def _tally(self, t, i: int) -> dict[str, int]:
+        """Matching pods per domain of constraint ``i`` (cached while the configuration is unchanged)."""
+        cached = self._tallies.get((t.id, i))
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        c = t.spread[i]
+        key = c.topology_key
+        members = self._eligible(t, i)
+        tally = {m.labels[key]: 0 for m in members}
+        for m in members:
+            for tid, cnt in self.on.get(m.name, {}).items():
+                u = self.pods[tid]
+                if (self.paper or u.namespace == t.namespace) and _selects(c.selector, u.labels):
+                    tally[m.labels[key]] += cnt
+        self._tallies[(t.id, i)] = (self.version, tally)
+        return tally
+
     def _spread_ok(self, t, n) -> bool:
-        keys = [c.topology_key for c in t.spread]
-        for c in t.spread:
+        for i, c in enumerate(t.spread):
             key = c.topology_key
             if key not in n.labels:
                 return False
-            members = []
-            for m in self.inst.nodes:
-                if any(k not in m.labels for k in keys):
-                    continue
-                if c.node_affinity_policy == "Honor" and not _node_affinity_only(t, m):
-                    continue
-                if c.node_taints_policy == "Honor" and not self._tolerated(t, m):
-                    continue
-                members.append(m)
-            if self.paper and n.name not in {m.name for m in members}:
+            if self.paper and n.name not in {m.name for m in self._eligible(t, i)}:
                 return False
-            tally = {m.labels[key]: 0 for m in members}
-            member_names = {m.name for m in members}
-            for u, m, cnt in self._live():
-                if m.name not in member_names:
-                    continue
-                if not self.paper and u.namespace != t.namespace:
-                    continue
-                if _selects(c.selector, u.labels):
-                    tally[m.labels[key]] += cnt
+            tally = self._tally(t, i)
             floor = min(tally.values()) if len(tally) >= c.min_domains else 0
             mine = tally.get(n.labels[key], 0) + (1 if _selects(c.selector, t.labels) else 0)
             if mine - floor > c.max_skew:
@@ -273,11 +293,13 @@ class Checker:
         """Replay ``steps`` from the initial configuration; every target must hold at the end."""
         w = self._world
         done: list[tuple[str, str, int]] = []
+        version = w.version
         try:
             return _replay(w, steps, targets, done)
         finally:
             for tid, nn, by in reversed(done):
                 w.bump(tid, nn, -by)
+            w.version = version  # the same configuration again: cached tallies stay valid
 
 
 def replay(

@@ -79,6 +79,7 @@ class Running:
     def __init__(self, ev: Evaluator, config: Config) -> None:
         self.all = [(ev.types[tid], ev.nodes[m], c) for (tid, m), c in config.items() if c > 0]
         self.by_node: dict[str, list[tuple[PodType, Node, int]]] = defaultdict(list)
+        self.cache: dict[tuple, dict[str, int]] = {}  # derived counts (the configuration never changes)
         for row in self.all:
             self.by_node[row[1].name].append(row)
 
@@ -100,6 +101,7 @@ class Evaluator:
         self._domains: dict[str, dict[str, list[str]]] = {}
         self._anti_keys = sorted({a.topology_key for t in instance.types for a in t.anti_affinity})
         self._initial: Running | None = None
+        self._eligible: dict[tuple[str, int], frozenset[str]] = {}
 
     def ns_labels(self, ns: str) -> Mapping[str, str]:
         if ns not in self._ns_cache:
@@ -125,6 +127,13 @@ class Evaluator:
                     acc[node.labels[key]].append(node.name)
             self._domains[key] = acc
         return self._domains[key][n.labels[key]]
+
+    def _eligible_nodes(self, t: PodType, i: int) -> frozenset[str]:
+        if (t.id, i) not in self._eligible:
+            self._eligible[(t.id, i)] = frozenset(
+                m.name for m in self.instance.nodes if lb.constraint_eligible(t, i, m)
+            )
+        return self._eligible[(t.id, i)]
 
     def near(self, running: Running, key: str, n: Node):
         """Running rows on ``D_key(n)``."""
@@ -236,14 +245,17 @@ class Evaluator:
             if key not in n.labels:
                 out.append(Failure(FailureCode.TOPOLOGY_KEY_MISSING, f"node has no label {key}"))
                 continue
-            eligible = {m.name for m in self.instance.nodes if lb.constraint_eligible(t, i, m)}
+            eligible = self._eligible_nodes(t, i)
             if self.semantics is Semantics.PAPER and n.name not in eligible:
                 out.append(Failure(FailureCode.SPREAD_NOT_ELIGIBLE, key))
                 continue
-            counts: dict[str, int] = {self.nodes[m].labels[key]: 0 for m in eligible}
-            for u, m, cnt in running.all:
-                if m.name in eligible and lb.spread_selects(t, c.selector, u, self.semantics):
-                    counts[m.labels[key]] += cnt
+            counts = running.cache.get(("spread", t.id, i))
+            if counts is None:
+                counts = {self.nodes[m].labels[key]: 0 for m in eligible}
+                for u, m, cnt in running.all:
+                    if m.name in eligible and lb.spread_selects(t, c.selector, u, self.semantics):
+                        counts[m.labels[key]] += cnt
+                running.cache[("spread", t.id, i)] = counts
             gmin = min(counts.values()) if len(counts) >= c.min_domains else 0
             own = counts.get(n.labels[key], 0)
             self_match = 1 if lb.selector_matches(c.selector, t.labels) else 0
