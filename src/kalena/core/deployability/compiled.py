@@ -176,12 +176,20 @@ def compile_question(
     def slot_of(p: Pair) -> int | None:
         return cls_slot.get((class_of[p[0]], p[1]))
 
+    masks: dict[int, tuple[object, int]] = {}  # id of a shared pair set -> (the set, its mask)
+
     def mask(pairs: Iterable[Pair]) -> int:
+        if isinstance(pairs, frozenset):
+            hit = masks.get(id(pairs))
+            if hit is not None and hit[0] is pairs:
+                return hit[1]
         out = 0
         for p in pairs:
             s = slot_of(p)
             if s is not None:
                 out |= 1 << s
+        if isinstance(pairs, frozenset):
+            masks[id(pairs)] = (pairs, out)
         return out
 
     universe = {m: [u for c in node_cls[m] for u in members[c]] for m in nodes}
@@ -330,7 +338,7 @@ def _guard(tb, t, m, slot, node_local, g, counted_of, spread_counted, count_cap,
         counted=ci,
         cap=cap,
         search_capped=search_capped,
-        forbid=mask(g.forbid),
+        forbid=_or(mask(part) for part in g.forbid),
         groups=tuple(groups),
         capacity=cap_rows,
         spread=tuple(spread),
@@ -364,6 +372,13 @@ def _choose_triggers(guards: list[Guard]) -> list[Guard]:
                 if cost is None or c < cost:
                     best, cost = x, c
         out.append(replace(g, trigger=best))
+    return out
+
+
+def _or(masks: Iterable[int]) -> int:
+    out = 0
+    for m in masks:
+        out |= m
     return out
 
 

@@ -108,7 +108,7 @@ def _empty_check(
     for u, m in init:
         universe.setdefault(m, []).append(u)
     g = guard_parts(tb, t, n, universe)
-    blocking: set[Pair] = set(g.forbid)
+    blocking: set[Pair] = g.forbid_pairs()
     for pairs in g.capacity.values():
         blocking |= pairs
     for sp in g.spread:

@@ -17,7 +17,7 @@ hurt a guard of ``R`` (set ``F``) and ignored otherwise (they can neither help n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kalena.core.deployability.model import Semantics
@@ -47,21 +47,38 @@ class GuardParts:
     group (all terms, global bootstrap); the paper has one group per term.
     """
 
-    forbid: set[Pair] = field(default_factory=set)
-    groups: list[tuple[list[set[Pair]], set[Pair] | None]] = field(default_factory=list)
+    forbid: list[frozenset[Pair]] = field(default_factory=list)  # parts; any running pair blocks
+    groups: list[tuple[list[frozenset[Pair]], frozenset[Pair] | None]] = field(default_factory=list)
     capacity: dict[str, set[Pair]] = field(default_factory=dict)  # bounded dim -> pairs on n using it
     spread: list[SpreadPart] = field(default_factory=list)
 
+    def forbid_pairs(self) -> set[Pair]:
+        return set().union(*self.forbid)
 
-def _cross(types: Iterable[int], nodes: Iterable[int], universe: Universe | None) -> set[Pair]:
+
+def _cross(
+    tb: Tables, types: Iterable[int], nodes: Sequence[int], universe: Universe | None
+) -> frozenset[Pair]:
+    """``types x nodes`` restricted to ``universe``; memoised on the identity of shared inputs.
+
+    Term matches and domains are cached in ``tb`` and shared by every pod type that has the
+    same term, so the same product is asked for many times; the memo entry keeps its inputs
+    alive so that their identities stay valid.
+    """
+    key = (
+        id(types) if isinstance(types, frozenset) else tuple(types),
+        id(nodes) if isinstance(nodes, tuple) else tuple(nodes),
+        id(universe),
+    )
+    hit = tb.memo.get(key)
+    if hit is not None:
+        return hit[-1]
     ts = types if isinstance(types, frozenset | set) else frozenset(types)
     if universe is None:
-        return {(u, m) for m in nodes for u in ts}
-    out = set()
-    for m in nodes:
-        for u in universe.get(m, ()):
-            if u in ts:
-                out.add((u, m))
+        out = frozenset((u, m) for m in nodes for u in ts)
+    else:
+        out = frozenset((u, m) for m in nodes for u in universe.get(m, ()) if u in ts)
+    tb.memo[key] = (types, nodes, universe, out)
     return out
 
 
@@ -71,27 +88,27 @@ def guard_parts(tb: Tables, t: int, n: int, universe: Universe | None) -> GuardP
     g = GuardParts()
     # anti-affinity: the candidate's own terms, and (kube-scheduler) every resident's terms
     for i, term in enumerate(pod.anti_affinity):
-        g.forbid |= _cross(tb.term_match(t, "anti", i), tb.domain(term.topology_key, n), universe)
+        g.forbid.append(_cross(tb, tb.term_match(t, "anti", i), tb.domain(term.topology_key, n), universe))
     if tb.semantics is Semantics.KUBERNETES:
         for owner, term in tb.sym_anti(t):
-            g.forbid |= _cross((owner,), tb.domain(term.topology_key, n), universe)
+            g.forbid.append(_cross(tb, (owner,), tb.domain(term.topology_key, n), universe))
     # affinity
     if pod.affinity:
         if tb.semantics is Semantics.KUBERNETES:
             wit = tb.all_match(t)
-            needs = [_cross(wit, tb.domain(a.topology_key, n), universe) for a in pod.affinity]
+            needs = [_cross(tb, wit, tb.domain(a.topology_key, n), universe) for a in pod.affinity]
             boot = None
             if t in wit:
                 keyed: set[int] = set()
                 for a in pod.affinity:
                     keyed.update(tb.keyed(a.topology_key))
-                boot = _cross(wit, keyed, universe)
+                boot = _cross(tb, wit, tuple(sorted(keyed)), universe)
             g.groups.append((needs, boot))
         else:
             for i, a in enumerate(pod.affinity):
                 match = tb.term_match(t, "aff", i)
-                need = _cross(match, tb.domain(a.topology_key, n), universe)
-                boot = _cross(match, range(len(tb.nodes)), universe) if t in match else None
+                need = _cross(tb, match, tb.domain(a.topology_key, n), universe)
+                boot = _cross(tb, match, tb.all_nodes, universe) if t in match else None
                 g.groups.append(([need], boot))
     # capacity: pods on n that use a bounded dimension the candidate also requests
     for dim in node.allocatable:
@@ -107,7 +124,7 @@ def guard_parts(tb: Tables, t: int, n: int, universe: Universe | None) -> GuardP
         for m in elig:
             by_value.setdefault(tb.nodes[m].labels[c.topology_key], []).append(m)
         values = sorted(by_value)
-        domains = [sorted(_cross(sel, by_value[v], universe)) for v in values]
+        domains = [sorted(_cross(tb, sel, by_value[v], universe)) for v in values]
         own_value = node.labels.get(c.topology_key)
         own = values.index(own_value) if own_value in by_value else -1
         g.spread.append(SpreadPart(tb.self_spread(t, i), c.max_skew, c.min_domains, domains, own))
@@ -122,12 +139,12 @@ def positive_pairs(tb: Tables, t: int, n: int) -> set[Pair]:
         if pod.affinity:
             wit = tb.all_match(t)
             for a in pod.affinity:
-                out |= _cross(wit, tb.domain(a.topology_key, n), None)
+                out |= _cross(tb, wit, tb.domain(a.topology_key, n), None)
     else:
         for i, a in enumerate(pod.affinity):
-            out |= _cross(tb.term_match(t, "aff", i), tb.domain(a.topology_key, n), None)
+            out |= _cross(tb, tb.term_match(t, "aff", i), tb.domain(a.topology_key, n), None)
     for i in range(len(pod.spread)):
-        out |= _cross(tb.spread_selected(t, i), tb.eligible(t, i), None)
+        out |= _cross(tb, tb.spread_selected(t, i), tb.eligible(t, i), None)
     return out
 
 
@@ -163,7 +180,7 @@ def relevance(tb: Tables, targets: Iterable[Pair], initial: Mapping[Pair, int]) 
     if outside:
         for t, n in deployable:
             g = guard_parts(tb, t, n, outside)
-            blocking |= g.forbid
+            blocking |= g.forbid_pairs()
             for _, boot in g.groups:
                 if boot:
                     blocking |= boot

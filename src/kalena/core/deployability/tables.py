@@ -34,6 +34,9 @@ class Tables:
         self._eligible_set: dict[tuple[int, int], frozenset[int]] = {}
         self._label_index: dict[tuple[str, str], set[int]] | None = None
         self._anti_owners: tuple[int, ...] | None = None
+        self._by_term: dict[tuple, frozenset[int]] = {}
+        self.memo: dict[tuple, tuple] = {}  # products of matches and domains (see relevance._cross)
+        self.all_nodes: tuple[int, ...] = tuple(range(len(self.nodes)))
 
     # --- namespaces and static ------------------------------------------------------------------
     def ns_labels(self, ns: str) -> Mapping[str, str]:
@@ -101,11 +104,16 @@ class Tables:
         if key not in self._term_match:
             o = self.types[owner]
             term = (o.affinity if kind == "aff" else o.anti_affinity)[index]
-            self._term_match[key] = frozenset(
-                u
-                for u in self.candidates(term.selector)
-                if lb.term_matches(term, o, self.types[u], self.semantics, self.ns_labels)
-            )
+            # equal terms (same selector and scope) select the same types: match each once
+            same = (_selector_key(term.selector), term.namespaces, _selector_key(term.namespace_selector))
+            same = (*same, o.namespace if self.semantics is Semantics.KUBERNETES else "")
+            if same not in self._by_term:
+                self._by_term[same] = frozenset(
+                    u
+                    for u in self.candidates(term.selector)
+                    if lb.term_matches(term, o, self.types[u], self.semantics, self.ns_labels)
+                )
+            self._term_match[key] = self._by_term[same]
         return self._term_match[key]
 
     def all_match(self, owner: int) -> frozenset[int]:
@@ -182,3 +190,10 @@ class Tables:
             self.semantics is Semantics.PAPER
             and any(n not in self.eligible_set(t, i) for i in range(len(pod.spread)))
         )
+
+
+def _selector_key(sel: LabelSelector | None) -> tuple | None:
+    """A hashable spelling of a selector (None stays None: it selects nothing)."""
+    if sel is None:
+        return None
+    return (tuple(sorted(sel.match_labels.items())), sel.match_expressions)
