@@ -31,6 +31,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -155,6 +156,24 @@ def bench_poly(args) -> dict:
 
 
 # --- the tools ----------------------------------------------------------------------------------------
+def _call(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` that, on timeout, kills the command's whole process group.
+
+    gcc runs cc1 and Fast Downward's driver runs the translator as grandchildren; killing only
+    the direct child would leave them running after a timeout.
+    """
+    with subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def run_kalena(inst: Instance, q: Query, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     t = time.perf_counter()
@@ -168,6 +187,9 @@ def run_kalena(inst: Instance, q: Query, timeout: float) -> dict:
     }
 
 
+SPIN_CFLAGS = ["-O2", "-DBFS", "-DSAFETY", "-DMEMLIM=4096", "-DVECTORSZ=100000", "-o", "pan", "pan.c"]
+
+
 def run_spin(inst: Instance, q: Query, timeout: float) -> dict:
     if shutil.which("spin") is None or shutil.which("gcc") is None:
         return {"error": "spin or gcc not installed (apt-get install -y spin gcc)"}
@@ -175,17 +197,16 @@ def run_spin(inst: Instance, q: Query, timeout: float) -> dict:
         (Path(d) / "m.pml").write_text(promela(ground(inst, q)))
         t = time.perf_counter()
         try:
-            subprocess.run(["spin", "-a", "m.pml"], cwd=d, check=True, capture_output=True, timeout=timeout)
-            flags = ["-O2", "-DBFS", "-DSAFETY", "-DMEMLIM=4096", "-DVECTORSZ=100000", "-o", "pan", "pan.c"]
-            subprocess.run(["gcc", *flags], cwd=d, check=True, capture_output=True, timeout=timeout)
+            for cmd in (["spin", "-a", "m.pml"], ["gcc", *SPIN_CFLAGS]):
+                left = max(1.0, timeout - (time.perf_counter() - t))
+                r = _call(cmd, d, left)
+                if r.returncode != 0:
+                    return {"error": f"{cmd[0]} failed: {(r.stderr or r.stdout)[-300:]}"}
             built = time.perf_counter() - t
-            left = max(1.0, timeout - built)
             # -E: a configuration with nothing left to do is not an error here
-            r = subprocess.run(["./pan", "-E"], cwd=d, capture_output=True, text=True, timeout=left)
+            r = _call(["./pan", "-E"], d, max(1.0, timeout - built))
         except subprocess.TimeoutExpired:
             return {"time_s": None, "timeout": True}
-        except subprocess.CalledProcessError as e:
-            return {"error": (e.stderr or b"")[-300:].decode(errors="replace")}
         dt = time.perf_counter() - t
     out = r.stdout
     states = re.search(r"([\d.e+]+) states, stored", out)
@@ -218,7 +239,7 @@ def run_fd(inst: Instance, q: Query, timeout: float, search: str) -> dict:
             cmd += ["domain.pddl", "problem.pddl", "--search", "astar(blind())"]
         t = time.perf_counter()
         try:
-            r = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=timeout)
+            r = _call(cmd, d, timeout)
         except subprocess.TimeoutExpired:
             return {"time_s": None, "timeout": True}
         dt = time.perf_counter() - t
