@@ -130,6 +130,11 @@ def test_compare_shows_both_arms_side_by_side(tmp_path):
     assert report["reclaim"] is True and report["no_reclaim"]["reclaim"] is False
     assert report["no_reclaim"]["reclaimed_cpu_core_hours"] == 0
     assert "extra_batch_cpu_core_hours" in report["comparison"]
+    # anti-starvation caps are part of the unmet figure and shown on their own line
+    assert "of which anti-starvation caps" in res.stdout
+    for arm in (report, report["no_reclaim"]):
+        capped, unmet = arm["production_capped_cpu_core_seconds"], arm["production_unmet_cpu_core_seconds"]
+        assert 0 <= capped <= unmet + 1e-6
 
 
 def _ir(tmp_path: Path, infra: str, workloads: str, blueprint: str) -> list[str]:

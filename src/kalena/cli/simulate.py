@@ -69,6 +69,7 @@ def _run(cluster: Cluster, config: SimConfig, label: str, show: bool) -> Simulat
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        refresh_per_second=4,  # the bar's render thread shares the GIL with the simulation
     ) as bar:
         task = bar.add_task(label, total=config.ticks * config.tick_s / 60.0)
         sim.run(lambda k, _total: bar.update(task, completed=k * config.tick_s / 60.0))
@@ -98,6 +99,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("Evictions: escalation drain", "evictions.escalation-drain"),
     ("Production OOM kills", "production_oom_kills"),
     ("Production cpu unmet (core-seconds)", "production_unmet_cpu_core_seconds"),
+    ("  of which anti-starvation caps", "production_capped_cpu_core_seconds"),
     ("Pareto reserve yield", "pareto_reserve_yield"),
     ("Restoration violations", "restoration_violations"),
     ("Wall seconds", "wall_seconds"),
