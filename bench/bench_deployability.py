@@ -3,6 +3,8 @@ and the same instances given to SPIN (Promela) and Fast Downward (PDDL).
 
     python bench/bench_deployability.py [--json PATH] [--timeout 60] [--only poly,pebbling,petri]
                                         [--no-peers] [--fd-search lama-first|blind]
+                                        [--max-height 9] [--max-bits 20] [--max-procs 40]
+                                        [--max-states 10000000]
 
 * ``poly``: 10,000 nodes (10 zones, 2 pools, 10 % tainted, 110 pods each), 1,000 pod types
   (nodeSelectors, tolerations, anti-affinity, spread, no affinity), 20,000 initial pods; timed:
@@ -174,10 +176,10 @@ def _call(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProce
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def run_kalena(inst: Instance, q: Query, timeout: float) -> dict:
+def run_kalena(inst: Instance, q: Query, timeout: float, max_states: int) -> dict:
     deadline = time.monotonic() + timeout
     t = time.perf_counter()
-    ans = decide(inst, q, Semantics.PAPER, Budget(10_000_000, lambda: time.monotonic() > deadline))
+    ans = decide(inst, q, Semantics.PAPER, Budget(max_states, lambda: time.monotonic() > deadline))
     dt = time.perf_counter() - t
     return {
         "time_s": round(dt, 3),
@@ -203,8 +205,9 @@ def run_spin(inst: Instance, q: Query, timeout: float) -> dict:
                 if r.returncode != 0:
                     return {"error": f"{cmd[0]} failed: {(r.stderr or r.stdout)[-300:]}"}
             built = time.perf_counter() - t
-            # -E: a configuration with nothing left to do is not an error here
-            r = _call(["./pan", "-E"], d, max(1.0, timeout - built))
+            # -E: a configuration with nothing left to do is not an error here; -m: no depth limit
+            # short of the state budget (a 2^n - 1 firing witness is deeper than pan's default 10,000)
+            r = _call(["./pan", "-E", "-m100000000"], d, max(1.0, timeout - built))
         except subprocess.TimeoutExpired:
             return {"time_s": None, "timeout": True}
         dt = time.perf_counter() - t
@@ -262,7 +265,7 @@ def run_fd(inst: Instance, q: Query, timeout: float, search: str) -> dict:
 
 def _run(tool: str, inst: Instance, q: Query, args) -> dict:
     if tool == "kalena":
-        return run_kalena(inst, q, args.timeout)
+        return run_kalena(inst, q, args.timeout, args.max_states)
     if tool == "spin":
         return run_spin(inst, q, args.timeout)
     return run_fd(inst, q, args.timeout, args.fd_search)
@@ -293,7 +296,8 @@ def family(name: str, instances, args) -> list[dict]:
                 p["time_ratio"] = round(p["time_s"] / k["time_s"], 2)
             if k.get("states") and p.get("states"):
                 p["states_ratio"] = round(p["states"] / k["states"], 2)
-            if p.get("answer") and k.get("answer") not in (None, "unknown") and p["answer"] != k["answer"]:
+            definite = ("deployable", "not-deployable")
+            if k.get("answer") in definite and p.get("answer") in definite and p["answer"] != k["answer"]:
                 p["DISAGREES"] = True
         print(_fmt(row), flush=True)
         rows.append(row)
@@ -354,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-height", type=int, default=9)
     ap.add_argument("--max-bits", type=int, default=20)
     ap.add_argument("--max-procs", type=int, default=40)
+    ap.add_argument("--max-states", type=int, default=10_000_000, help="Kalena's state budget per question")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     result: dict = {

@@ -135,13 +135,19 @@ def brute_force(
 
 
 def random_instance(
-    rng: np.random.Generator, *, n_nodes: int = 2, n_types: int = 3, pods_cap: int = 2
+    rng: np.random.Generator,
+    *,
+    n_nodes: int = 2,
+    n_types: int = 3,
+    pods_cap: int = 2,
+    spread_p: float = 0.25,
 ) -> Instance:
     """A small random instance over a tiny label vocabulary (so that selectors often match).
 
     Nodes carry a zone (``a``/``b``) and a ``pods`` capacity; types get a role label, an optional
     ``cpu`` request, and random affinity, anti-affinity and spread terms on hostname or zone.
-    Namespaces vary so that the two semantics disagree on some instances.
+    Namespaces vary so that the two semantics disagree on some instances. ``spread_p`` is the
+    chance that a type has a spread constraint (0: every slot is a plain bit).
     """
     roles = ["x", "y", "z"]
     keys = [HOSTNAME, "zone"]
@@ -160,7 +166,7 @@ def random_instance(
         aff = [rterm() for _ in range(int(rng.choice([0, 0, 1, 1, 2])))]
         anti = [rterm() for _ in range(int(rng.choice([0, 0, 1])))]
         spreads = []
-        if rng.random() < 0.25:
+        if rng.random() < spread_p:
             spreads.append(
                 spread(
                     keys[int(rng.integers(0, 2))],

@@ -22,9 +22,11 @@ from kalena.testing.deployability import brute_force, random_instance
 decide_module = importlib.import_module("kalena.core.deployability.decide")
 
 
-def _check(seed: int, sem: Semantics, n_nodes: int, n_types: int, pods_cap: int) -> None:
+def _check(
+    seed: int, sem: Semantics, n_nodes: int, n_types: int, pods_cap: int, spread_p: float = 0.25
+) -> None:
     rng = np.random.default_rng(seed)
-    inst = random_instance(rng, n_nodes=n_nodes, n_types=n_types, pods_cap=pods_cap)
+    inst = random_instance(rng, n_nodes=n_nodes, n_types=n_types, pods_cap=pods_cap, spread_p=spread_p)
     t = inst.types[int(rng.integers(0, len(inst.types)))]
     n = inst.nodes[int(rng.integers(0, len(inst.nodes)))]
     co = inst.types[int(rng.integers(0, len(inst.types)))].id if rng.random() < 0.3 else None
@@ -71,6 +73,30 @@ def test_plain_and_vectorised_searches_agree(seed, sem):
     assert fast.verdict is plain.verdict
     if fast.witness:
         assert len(fast.witness) == len(plain.witness)  # both breadth-first: equally short
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), sem=st.sampled_from(list(Semantics)), words=st.sampled_from([1, 2, 3]))
+def test_vectorised_search_agrees_with_brute_force_in_any_word_width(seed, sem, words):
+    """Forced through the vectorised search (tiny first budget, no width test; no spread, so no
+    slot is counted) with states of one, two or three 64-bit words: the answers are the brute
+    force's and every witness replays. About a third of the searching questions take that path."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(decide_module, "FIRST_BFS_STATES", 1)
+        mp.setattr(decide_module, "WIDE_LEVEL", 0)
+        mp.setattr(search_vec, "MIN_WORDS", words)
+        _check(seed, sem, 3, 4, 2, spread_p=0.0)
+
+
+def test_states_wider_than_one_word_are_searched_vectorised():
+    """A pyramid of height 10 has 66 vertices, so its states take two words; the beam probe
+    finds the pebbling (k = h + 2) and the independent checker replays it."""
+    inst, q = pebbling_instance(*pyramid(10), 12)
+    ans = decide(inst, q, Semantics.PAPER)
+    assert ans.verdict is Verdict.DEPLOYABLE and ans.checked, ans.reasons
+    assert "beam probe" in ans.procedure
+    assert replay(inst, Semantics.PAPER, ans.witness, q.targets()).ok
+    assert sum(1 for s in ans.witness if s.op.value == "deploy") >= 66  # every vertex pebbled at least once
 
 
 @pytest.mark.parametrize(

@@ -237,7 +237,7 @@ def _searched(comp, canon: Canonicalizer, budget: Budget) -> tuple[SearchResult,
     """Pick the search: plain BFS first; the vectorised one when its levels are wide.
 
     The plain search runs up to :data:`FIRST_BFS_STATES` states; most questions end there with a
-    shortest witness. If it has not ended, the state fits one word, and its levels are wide
+    shortest witness. If it has not ended, the state is a plain bit set, and its levels are wide
     (at least :data:`WIDE_LEVEL` states per level on average: a level is one NumPy pass, which
     pays off only over many states), the vectorised search and its beam probe take over;
     otherwise the plain search starts again with the whole budget. States of every phase count
@@ -267,7 +267,7 @@ def _vectorised(comp, budget: Budget) -> tuple[SearchResult, str]:
     A witness the probe finds is replayed like any other; it never concludes ``not-deployable``,
     so the answer is the full BFS's whenever the probe finds nothing.
     """
-    bfs = "breadth-first search (vectorised, one word per state)"
+    bfs = "breadth-first search (vectorised, bit-set states)"
     levels = 3 * len(comp.slot_class) + 10  # witnesses seen so far are at most twice the slots long
     probe = search_vec.search_vec(comp, budget, width=PROBE_WIDTH, max_levels=levels)
     explored = probe.states

@@ -1,19 +1,22 @@
-"""The same breadth-first search, level-synchronous over NumPy arrays, when a state fits one word.
+"""The same breadth-first search, level-synchronous over NumPy arrays of words.
 
-Applies when every slot fits one 64-bit word, no slot is counted (no spread constraint, no
-initial duplicates) and no symmetry class is active: then a state is one ``uint64`` and a BFS
-level is an array. The moves are exactly those of :mod:`.search` (deploys whose guard holds;
-one ``clear`` of the running forbid and required-bootstrap pairs; single deletions from
-violated capacity rows; optional bootstrap clears), computed for a whole level at once with
-bitwise operations and ``bitwise_count``, so answers, explored states and (shortest) witnesses
-are those of the plain search, only faster.
+Applies when no slot is counted (no spread constraint, no initial duplicates) and no symmetry
+class is active: then a state is a bit set of ``W = ceil(slots / 64)`` words (one row of a
+``(N, W)`` ``uint64`` array) and a BFS level is an array. The moves are exactly those of
+:mod:`.search` (deploys whose guard holds; one ``clear`` of the running forbid and
+required-bootstrap pairs; single deletions from violated capacity rows; optional bootstrap
+clears), computed for a whole level at once with bitwise operations and ``bitwise_count``, so
+answers, explored states and (shortest) witnesses are those of the plain search, only faster.
 
-:func:`probe` is a beam search over the same moves (at most ``width`` states per level, those
-with the smallest relaxed plan) that finds long witnesses quickly; it proves nothing when it
-fails, and a witness it finds is replayed like any other, so answers stay exact.
+With ``width``, :func:`search_vec` is a beam search over the same moves (at most ``width``
+states per level, those with the smallest relaxed plan) that finds long witnesses quickly; it
+proves nothing when it fails, and a witness it finds is replayed like any other, so answers stay
+exact.
 
 Visited states live in sorted chunks (merged like a log-structured tree) so that membership is
-a ``searchsorted`` per chunk and the merging cost stays ``O(n log n)`` overall.
+a ``searchsorted`` per chunk and the merging cost stays ``O(n log n)`` overall. A one-word state
+is its own sort key; a wider one is compared as raw bytes (a ``void`` view): any total order
+serves a set.
 """
 
 from __future__ import annotations
@@ -25,17 +28,79 @@ from kalena.core.deployability.search import CLEAR, DELETE, DEPLOY, Budget, Move
 
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
+_WORD = 64
+#: States wider than this many words stay with the plain search (its sets hash Python ints).
+MAX_WORDS = 16
+#: Tests raise this to run small questions through the multi-word code.
+MIN_WORDS = 1
+
+
+def words_for(c: Compiled) -> int:
+    return max(MIN_WORDS, -(-len(c.slot_class) // _WORD))
 
 
 def applicable(c: Compiled, symmetric: bool) -> bool:
-    """One word per state, no counts, no symmetry classes, at most one optional bootstrap group."""
-    if symmetric or c.counted_slots or len(c.slot_class) > 64:
+    """No counts, no symmetry classes, at most one optional bootstrap group, a bounded width."""
+    if symmetric or c.counted_slots or words_for(c) > MAX_WORDS:
         return False
     return all(sum(1 for _, b in g.groups if b is not None) <= 1 and not g.spread for g in c.guards)
 
 
+class _Words:
+    """Python-int bit masks as ``(W,)`` word rows, and the row operations the search needs."""
+
+    def __init__(self, w: int) -> None:
+        self.w = w
+        self._cache: dict[int, np.ndarray] = {}
+
+    def mask(self, x: int) -> np.ndarray:
+        m = self._cache.get(x)
+        if m is None:
+            m = np.array([(x >> (_WORD * i)) & 0xFFFFFFFFFFFFFFFF for i in range(self.w)], dtype=np.uint64)
+            self._cache[x] = m
+        return m
+
+    def to_int(self, row: np.ndarray) -> int:
+        return sum(int(v) << (_WORD * i) for i, v in enumerate(row.tolist()))
+
+    def key(self, f: np.ndarray) -> np.ndarray:
+        """A sortable 1-d key per row, equal iff the rows are."""
+        if self.w == 1:
+            return f[:, 0]
+        return np.ascontiguousarray(f).view(np.dtype((np.void, 8 * self.w))).ravel()
+
+    @staticmethod
+    def covers(f: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """Rows holding every bit of ``m``."""
+        return ((f & m) == m).all(axis=1)
+
+    @staticmethod
+    def meets(f: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """Rows holding some bit of ``m``."""
+        return ((f & m) != _ZERO).any(axis=1)
+
+    @staticmethod
+    def nonzero(f: np.ndarray) -> np.ndarray:
+        return (f != _ZERO).any(axis=1)
+
+    @staticmethod
+    def count(f: np.ndarray) -> np.ndarray:
+        return np.bitwise_count(f).sum(axis=1, dtype=np.int64)
+
+    @staticmethod
+    def bit(f: np.ndarray, s: int) -> np.ndarray:
+        """Rows with slot ``s`` set."""
+        return ((f[:, s // _WORD] >> np.uint64(s % _WORD)) & _ONE) != _ZERO
+
+    @staticmethod
+    def with_bit(f: np.ndarray, s: int) -> np.ndarray:
+        out = f.copy()
+        out[:, s // _WORD] |= _ONE << np.uint64(s % _WORD)
+        return out
+
+
 class _Seen:
-    """A set of uint64 as sorted chunks of decreasing size."""
+    """A set of state keys as sorted chunks of decreasing size."""
 
     def __init__(self) -> None:
         self.chunks: list[np.ndarray] = []
@@ -50,7 +115,7 @@ class _Seen:
         return found
 
     def add(self, x: np.ndarray) -> None:
-        """Add sorted, unique values not already present."""
+        """Add sorted, unique keys not already present."""
         self.size += len(x)
         self.chunks.append(x)
         while len(self.chunks) > 1 and len(self.chunks[-2]) <= 2 * len(self.chunks[-1]):
@@ -60,24 +125,24 @@ class _Seen:
             self.chunks.append(np.sort(np.concatenate([a, b]), kind="stable"))
 
 
-def _u(x: int) -> np.uint64:
-    return np.uint64(x)
-
-
-def _usage(c: Compiled, node: int, frontier: np.ndarray) -> np.ndarray:
+def _usage(c: Compiled, wd: _Words, node: int, frontier: np.ndarray) -> np.ndarray:
     """Per state and dimension: capacity used on ``node`` (shape (n, dims))."""
     used = np.zeros((len(frontier), len(c.dims)), dtype=np.int64)
     for mask, req in c.node_usage[node]:
-        k = np.bitwise_count(frontier & _u(mask)).astype(np.int64)
+        k = wd.count(frontier & wd.mask(mask))
         used += np.outer(k, np.asarray(req, dtype=np.int64))
     return used
 
 
-def _level_moves(c: Compiled, f: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+def _level_moves(
+    c: Compiled, wd: _Words, f: np.ndarray
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """(children, parent index, move code) arrays for one frontier, in the plain search's order."""
     children, parents, codes = [], [], []
-    idx = np.arange(len(f))
-    deletes = np.zeros(len(f), dtype=np.uint64)
+    n = len(f)
+    idx = np.arange(n)
+    zero_row = np.zeros((n, wd.w), dtype=np.uint64)
+    deletes = zero_row.copy()
     usage: dict[int, np.ndarray] = {}
 
     def emit(sel: np.ndarray, child: np.ndarray, code: int) -> None:
@@ -89,50 +154,53 @@ def _level_moves(c: Compiled, f: np.ndarray) -> tuple[list[np.ndarray], list[np.
     deploys: list[tuple[np.ndarray, np.ndarray, int]] = []
     clears: list[tuple[np.ndarray, np.ndarray]] = []
     for gi, g in enumerate(c.guards):
-        ok = (f & _u(g.required)) == _u(g.required)
-        ok &= (f >> _u(g.slot)) & _ONE == _ZERO
+        ok = wd.covers(f, wd.mask(g.required)) & ~wd.bit(f, g.slot)
         if not ok.any():
             continue
-        required_boot = np.zeros(len(f), dtype=np.uint64)
-        optional = np.zeros(len(f), dtype=np.uint64)
+        required_boot = zero_row
+        optional = zero_row
         for needs, boot in g.groups:
-            hit = np.ones(len(f), dtype=bool)
+            hit = np.ones(n, dtype=bool)
             for m in needs:
-                hit &= (f & _u(m)) != _ZERO
+                hit &= wd.meets(f, wd.mask(m))
             if boot is None:
                 ok &= hit
             else:
-                required_boot |= np.where(hit, _ZERO, _u(boot))
-                optional |= np.where(hit, f & _u(boot), _ZERO)
+                bm = wd.mask(boot)
+                required_boot = required_boot | np.where(hit[:, None], _ZERO, bm)
+                optional = optional | np.where(hit[:, None], f & bm, _ZERO)
         if not ok.any():
             continue
-        base = f & (_u(g.forbid) | required_boot)
-        has_base = base != _ZERO
+        base = f & (wd.mask(g.forbid) | required_boot)
+        has_base = wd.nonzero(base)
         clears.append((ok & has_base, f & ~base))
         free = ok & ~has_base
-        blocked = np.zeros(len(f), dtype=bool)
-        viol = np.zeros(len(f), dtype=np.uint64)
+        blocked = np.zeros(n, dtype=bool)
+        viol = zero_row
         for dim, req, cap, users in g.capacity:
             if g.node not in usage:
-                usage[g.node] = _usage(c, g.node, f)
+                usage[g.node] = _usage(c, wd, g.node, f)
             over = usage[g.node][:, dim] + req > cap
             blocked |= over
-            viol |= np.where(over, f & _u(users), _ZERO)
-        deploys.append((free & ~blocked, f | (_ONE << _u(g.slot)), gi))
-        deletes |= np.where(free & blocked, viol, _ZERO)
-        extra = ok & (optional != _ZERO)
+            viol = viol | np.where(over[:, None], f & wd.mask(users), _ZERO)
+        deploys.append((free & ~blocked, wd.with_bit(f, g.slot), gi))
+        deletes |= np.where((free & blocked)[:, None], viol, _ZERO)
+        extra = ok & wd.nonzero(optional)
         clears.append((extra, f & ~(base | optional)))
     for sel, child, gi in deploys:
         emit(sel, child, DEPLOY << 32 | gi)
     for sel, child in clears:
         emit(sel, child, CLEAR << 32)
     for x in range(len(c.slot_class)):
-        bit = _ONE << _u(x)
-        emit((deletes & bit) != _ZERO, f & ~bit, DELETE << 32 | x)
+        sel = wd.bit(deletes, x)
+        if sel.any():
+            child = f.copy()
+            child[:, x // _WORD] &= ~(_ONE << np.uint64(x % _WORD))
+            emit(sel, child, DELETE << 32 | x)
     return children, parents, codes
 
 
-def _plan_order(c: Compiled) -> list[tuple[np.uint64, np.uint64]]:
+def _plan_order(c: Compiled) -> list[tuple[int, int]]:
     """(slot, one need bit per need of a group without bootstrap), from the targets backwards."""
     req: dict[int, int] = {}
     for g in c.guards:
@@ -151,7 +219,7 @@ def _plan_order(c: Compiled) -> list[tuple[np.uint64, np.uint64]]:
         if s in seen:
             continue
         seen.add(s)
-        order.append((_u(s), _u(req.get(s, 0))))
+        order.append((s, req.get(s, 0)))
         r = req.get(s, 0)
         while r:
             low = r & -r
@@ -160,17 +228,18 @@ def _plan_order(c: Compiled) -> list[tuple[np.uint64, np.uint64]]:
     return order
 
 
-def _relaxed_plan(order: list[tuple[np.uint64, np.uint64]], targets: np.uint64, f: np.ndarray) -> np.ndarray:
+def _relaxed_plan(wd: _Words, order: list[tuple[int, int]], targets: np.ndarray, f: np.ndarray) -> np.ndarray:
     """Per state: how many absent slots a delete-free, capacity-free plan to the targets needs.
 
     One backward pass: a needed absent slot adds one supporter per need. A heuristic only (it
     orders the probe's beam); it never decides an answer.
     """
-    need = np.full(len(f), targets)
+    need = np.broadcast_to(targets, f.shape).copy()
     for s, r in order:
-        missing = ((need & ~f) >> s) & _ONE
-        need |= missing * r
-    return np.bitwise_count(need & ~f)
+        missing = wd.bit(need & ~f, s)
+        if r and missing.any():
+            need[missing] |= wd.mask(r)
+    return wd.count(need & ~f)
 
 
 def search_vec(
@@ -181,13 +250,14 @@ def search_vec(
     With ``width``, a beam search instead (see the module docstring): never ``not-deployable``,
     it reports ``stopped="probe"`` when it ends without a witness.
     """
+    wd = _Words(words_for(c))
     plan = _plan_order(c) if width is not None else []
-    start = np.array([c.initial[0]], dtype=np.uint64)
-    tmask = _u(c.targets)
-    if (start[0] & tmask) == tmask:
+    start = wd.mask(c.initial[0])[None, :].copy()
+    tmask = wd.mask(c.targets)
+    if wd.covers(start, tmask)[0]:
         return SearchResult(True, 1)
     seen = _Seen()
-    seen.add(start)
+    seen.add(wd.key(start))
     levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [
         (start, np.zeros(1, np.int64), np.zeros(1, np.int64))
     ]
@@ -199,53 +269,56 @@ def search_vec(
             return SearchResult(False, seen.size, stopped="probe")
         if budget.should_stop is not None and budget.should_stop():
             return SearchResult(False, seen.size, stopped="timeout")
-        child, parent, code = _expand(c, frontier, seen)
+        child, parent, code = _expand(c, wd, frontier, seen)
         if not len(child):
             break
-        hit = np.nonzero((child & tmask) == tmask)[0]
+        hit = np.nonzero(wd.covers(child, tmask))[0]
         if len(hit):
             levels.append((child, parent, code))
-            moves = _trace(levels, int(hit[0]))
+            moves = _trace(wd, levels, int(hit[0]))
             return SearchResult(True, seen.size + int(hit[0]) + 1, moves, [], False)
         if width is not None and len(child) > width:
-            keep = np.sort(np.argsort(_relaxed_plan(plan, tmask, child), kind="stable")[:width])
+            keep = np.sort(np.argsort(_relaxed_plan(wd, plan, tmask, child), kind="stable")[:width])
             child, parent, code = child[keep], parent[keep], code[keep]
         if seen.size + len(child) >= budget.max_states:
             return SearchResult(False, budget.max_states, stopped="max-states")
-        seen.add(np.sort(child, kind="stable"))
+        seen.add(np.sort(wd.key(child), kind="stable"))
         levels.append((child, parent, code))
         frontier = child
     return SearchResult(False, seen.size, stopped="probe" if width is not None else "")
 
 
 #: Frontier states expanded at once: bounds the transient arrays (about 30 children of 24 bytes
-#: per state) to a few hundred megabytes however large a level grows.
+#: per state and word) to a few hundred megabytes however large a level grows.
 CHUNK = 200_000
 
 
-def _expand(c: Compiled, frontier: np.ndarray, seen: _Seen) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _expand(
+    c: Compiled, wd: _Words, frontier: np.ndarray, seen: _Seen
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """New states of the next level (first discovery order), with parent index and move code."""
     parts_c, parts_p, parts_m = [], [], []
-    for lo in range(0, len(frontier), CHUNK):
-        children, parents, codes = _level_moves(c, frontier[lo : lo + CHUNK])
+    chunk = max(1, CHUNK // wd.w)
+    for lo in range(0, len(frontier), chunk):
+        children, parents, codes = _level_moves(c, wd, frontier[lo : lo + chunk])
         if not children:
             continue
         child = np.concatenate(children)
-        keep = _first_occurrences(child)
+        keep = _first_occurrences(wd.key(child))
         child = child[keep]
-        fresh = ~seen.contains(child)
+        fresh = ~seen.contains(wd.key(child))
         parts_c.append(child[fresh])
         parts_p.append(np.concatenate(parents)[keep][fresh] + lo)
         parts_m.append(np.concatenate(codes)[keep][fresh])
     if not parts_c:
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros((0, wd.w), np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     child, parent, code = np.concatenate(parts_c), np.concatenate(parts_p), np.concatenate(parts_m)
-    keep = _first_occurrences(child)
+    keep = _first_occurrences(wd.key(child))
     return child[keep], parent[keep], code[keep]
 
 
 def _first_occurrences(x: np.ndarray) -> np.ndarray:
-    """Indices of the first occurrence of each distinct value, in increasing order."""
+    """Indices of the first occurrence of each distinct key, in increasing order."""
     order = np.argsort(x, kind="stable")
     s = x[order]
     keep = np.ones(len(x), dtype=bool)
@@ -253,15 +326,15 @@ def _first_occurrences(x: np.ndarray) -> np.ndarray:
     return np.sort(order[keep])
 
 
-def _trace(levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]], i: int) -> list[Move]:
+def _trace(wd: _Words, levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]], i: int) -> list[Move]:
     out: list[Move] = []
     for depth in range(len(levels) - 1, 0, -1):
         states, parents, codes = levels[depth]
         code = int(codes[i])
         kind, arg = code >> 32, code & 0xFFFFFFFF
         if kind == CLEAR:
-            parent_state = int(levels[depth - 1][0][int(parents[i])])
-            arg = parent_state & ~int(states[i])
+            parent_state = wd.to_int(levels[depth - 1][0][int(parents[i])])
+            arg = parent_state & ~wd.to_int(states[i])
         out.append((kind, arg))
         i = int(parents[i])
     out.reverse()
