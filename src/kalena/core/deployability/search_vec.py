@@ -100,6 +100,12 @@ class _Words:
         out[:, s // _WORD] |= _ONE << np.uint64(s % _WORD)
         return out
 
+    @staticmethod
+    def without_bit(f: np.ndarray, s: int) -> np.ndarray:
+        out = f.copy()
+        out[:, s // _WORD] &= ~(_ONE << np.uint64(s % _WORD))
+        return out
+
 
 class _Seen:
     """A set of state keys as sorted chunks of decreasing size."""
@@ -196,9 +202,7 @@ def _level_moves(
     for x in range(len(c.slot_class)):
         sel = wd.bit(deletes, x)
         if sel.any():
-            child = f.copy()
-            child[:, x // _WORD] &= ~(_ONE << np.uint64(x % _WORD))
-            emit(sel, child, DELETE << 32 | x)
+            emit(sel, wd.without_bit(f, x), DELETE << 32 | x)
     return children, parents, codes
 
 
