@@ -30,7 +30,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -47,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.deployability.ground import ground
 from bench.deployability.pddl import pddl
 from bench.deployability.promela import promela
+from bench.machine import machine_info
 
 from kalena.core.deployability import (
     HOSTNAME,
@@ -362,11 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     result: dict = {
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-        },
+        "machine": machine_info(),
         "timeout_s": args.timeout,
     }
     if "poly" in only:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from collections.abc import Callable
 
@@ -31,6 +30,7 @@ from kalena.core.estimators import (
     PeakWithMargin,
 )
 from kalena.core.resources import NDIM
+from machine import machine_info  # bench/ is on sys.path when a script runs
 
 DT = 10.0  # seconds between samples, the node agent's default cadence
 
@@ -122,12 +122,7 @@ def main() -> None:
         times = f"{r['median_ms']:>11.3f}{r['p90_ms']:>10.3f}{r['x_floor']:>9.1f}{cell_ns:>9.2f}"
         print(f"{r['name']:<20}{times}  {r['note']}")
     if args.json:
-        machine = {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-        }
+        machine = machine_info()
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"machine": machine, "args": vars(args), "results": results}, f, indent=2)
 

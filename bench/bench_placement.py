@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -33,6 +31,7 @@ import numpy as np
 from kalena.core.ledger import Blueprint, RemoveBatch, restoration_violations
 from kalena.core.placement import PlacementCache, PlacementConfig, SchedulingContext, schedule
 from kalena.testing.clusters import estimated_reservations, synthetic_cluster
+from machine import machine_info  # bench/ is on sys.path when a script runs
 
 CONFIGS = (
     ("reuse+relaxed", True, True),
@@ -145,12 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {
             "benchmark": "bench_placement",
             "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-                "platform": platform.platform(),
-            },
+            "machine": machine_info(),
             "params": vars(args)
             | {"workloads_resident": len(ledger), "setup_s": setup_s, "restoration_check_ms": check_ms},
             "results": results,

@@ -20,16 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
-
-import numpy as np
 
 from kalena.data import irina_paths
 from kalena.ir import load_cluster
 from kalena.sim import SimConfig, Simulation, build_report
 from kalena.sim.synthetic import synthetic_cluster
+from machine import machine_info  # bench/ is on sys.path when a script runs
 
 
 def _clock() -> tuple[float, float]:
@@ -111,13 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {
             "benchmark": "bench_simulate",
             "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-                "platform": platform.platform(),
-                "load_average_after": load,
-            },
+            "machine": machine_info(load_average_after=load),
             "params": vars(args),
             "results": results,
         }
