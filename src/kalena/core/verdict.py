@@ -49,7 +49,12 @@ class ReasonCode(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Reason:
-    """One reason. ``dimension`` and the numbers are set where they mean something."""
+    """One reason. ``dimension`` and the numbers are set where they mean something.
+
+    ``requested``, ``used`` and ``capacity`` are quantities of ``dimension`` in IR units; times are
+    never put there: ``seconds`` is how long something lasted or still lasts (pressure persisted,
+    a cooldown's remaining time) and ``limit_s`` the duration it is measured against.
+    """
 
     code: ReasonCode
     dimension: str = ""
@@ -57,6 +62,8 @@ class Reason:
     used: float = 0.0
     capacity: float = 0.0
     detail: str = ""
+    seconds: float = 0.0
+    limit_s: float = 0.0
 
     @property
     def shortfall(self) -> float:

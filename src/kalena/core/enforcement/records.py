@@ -24,6 +24,9 @@ class EvictionCause(enum.Enum):
     LIMIT_BREACH = "limit-breach"  # usage above its own limit on the pressured dimension
     RESERVATION_LEDGER_BREACH = "reservation-ledger-breach"  # batch, by ascending priority
     ESCALATION_DRAIN = "escalation-drain"  # local mitigation did not converge
+    # a shell's rebuilt ledger (the node declaration shrank) cannot hold a run it already had:
+    # never on a plan, the node agent stops and requeues the run itself (kalena.agent.batch)
+    READMISSION_REJECTED = "readmission-rejected"
 
     @property
     def reason_code(self) -> ReasonCode:
@@ -31,6 +34,7 @@ class EvictionCause(enum.Enum):
             EvictionCause.LIMIT_BREACH: ReasonCode.LIMIT_BREACH,
             EvictionCause.RESERVATION_LEDGER_BREACH: ReasonCode.RESERVATION_LEDGER_BREACH,
             EvictionCause.ESCALATION_DRAIN: ReasonCode.MITIGATION_NOT_CONVERGING,
+            EvictionCause.READMISSION_REJECTED: ReasonCode.RESERVATION_LEDGER_BREACH,
         }[self]
 
 
