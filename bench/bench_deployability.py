@@ -48,7 +48,7 @@ from bench.deployability.pddl import pddl
 from bench.deployability.promela import promela
 from bench.machine import machine_info
 
-from kalena.core.deployability import (
+from kalena.deployability import (
     HOSTNAME,
     Budget,
     Instance,
@@ -63,7 +63,7 @@ from kalena.core.deployability import (
     Toleration,
     decide,
 )
-from kalena.core.deployability.model import frozen_map
+from kalena.deployability.model import frozen_map
 from kalena.deployability_gen import (
     counter_net,
     mutex_net,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kalena.core.deployability import Instance, Query, Semantics
-from kalena.core.deployability.tables import Tables
+from kalena.deployability import Instance, Query, Semantics
+from kalena.deployability.tables import Tables
 
 Expr = tuple  # ("and"|"or", [Expr]) | ("not", Expr) | ("var", int) | ("true",) | ("false",)
 

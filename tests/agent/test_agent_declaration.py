@@ -9,6 +9,7 @@ import yaml
 
 from kalena.agent.declaration import DeclarationError, load_declaration, parse_declaration
 from kalena.core.model import Tier
+from kalena.ir import Problem
 
 GOOD = {
     "apiVersion": "kalena.naughtian.io/v1alpha1",
@@ -127,6 +128,20 @@ def test_unreadable_documents(tmp_path, text, fragment):
     with pytest.raises(DeclarationError, match=fragment) as e:
         load_declaration(p)
     assert e.value.problems[0].render().startswith(f"{p}: <document>:")
+
+
+def test_problems_are_the_ir_readers_problems_one_line_each():
+    with pytest.raises(DeclarationError) as e:
+        parse_declaration(_with("node.capacity.ram", "lots\u2028more"), "node.yaml")
+    (p,) = e.value.problems
+    assert isinstance(p, Problem) and p.path == "node.capacity.ram"
+    assert "\n" not in p.render() and p.render().endswith('(value: "lots\\u2028more")')
+
+
+def test_a_document_problem_has_no_value(tmp_path):
+    with pytest.raises(DeclarationError) as e:
+        load_declaration(tmp_path / "nope.yaml")
+    assert "(value:" not in e.value.problems[0].render()
 
 
 def test_missing_file(tmp_path):

@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kalena.cli.main import app
-from kalena.core.deployability import Op, Semantics, replay
-from kalena.core.deployability.answer import Step
+from kalena.deployability import Op, Semantics, replay
+from kalena.deployability.answer import Step
 from kalena.deployability_gen import pebbling_instance, pyramid, write_yaml
 from kalena.manifests import read_manifests
 

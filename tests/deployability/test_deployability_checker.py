@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kalena.core.deployability import Op, Semantics, Step, replay
-from kalena.core.deployability.checker import Checker
+from kalena.deployability import Op, Semantics, Step, replay
+from kalena.deployability.checker import Checker
 from kalena.testing.deployability import instance, knode, ptype, random_instance, term
 
 K = Semantics.KUBERNETES
@@ -64,7 +64,7 @@ SEARCH_MODULES = {
 
 
 def test_checker_imports_nothing_from_the_search():
-    src = Path(__file__).parents[3] / "src" / "kalena" / "core" / "deployability" / "checker.py"
+    src = Path(__file__).parents[2] / "src" / "kalena" / "deployability" / "checker.py"
     tree = ast.parse(src.read_text(encoding="utf-8"))
     imported = set()
     for node in ast.walk(tree):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kalena.core.deployability import (
+from kalena.deployability import (
     Budget,
     Op,
     Query,

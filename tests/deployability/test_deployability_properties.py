@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kalena.core.deployability import Query, Semantics, Verdict, decide, replay, search_vec
+from kalena.deployability import Query, Semantics, Verdict, decide, replay, search_vec
 from kalena.deployability_gen import pebbling_instance, pyramid
 from kalena.testing.deployability import brute_force, random_instance
 
 # the package exports the function ``decide``, which hides the module of the same name
-decide_module = importlib.import_module("kalena.core.deployability.decide")
+decide_module = importlib.import_module("kalena.deployability.decide")
 
 
 def _check(

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kalena.core.deployability import (
+from kalena.deployability import (
     Evaluator,
     FailureCode,
     LabelSelector,
@@ -25,8 +25,8 @@ from kalena.core.deployability import (
     Taint,
     Toleration,
 )
-from kalena.core.deployability.checker import feasible
-from kalena.core.deployability.model import frozen_map
+from kalena.deployability.checker import feasible
+from kalena.deployability.model import frozen_map
 from kalena.testing.deployability import instance, knode, ptype, random_instance, sel, spread, term
 
 K, P = Semantics.KUBERNETES, Semantics.PAPER

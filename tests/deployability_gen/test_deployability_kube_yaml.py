@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from kalena.core.deployability import (
+from kalena.deployability import (
     LabelSelector,
     NodeSelectorTerm,
     PodAffinityTerm,
@@ -19,7 +19,7 @@ from kalena.core.deployability import (
     Toleration,
     decide,
 )
-from kalena.core.deployability.model import Instance, frozen_map
+from kalena.deployability.model import Instance, frozen_map
 from kalena.deployability_gen import (
     counter_net,
     pebbling_instance,

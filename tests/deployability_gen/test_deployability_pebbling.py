@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kalena.core.deployability import Budget, Semantics, Verdict, decide, replay
+from kalena.deployability import Budget, Semantics, Verdict, decide, replay
 from kalena.deployability_gen import binary_tree, path, pebbling_instance, pyramid, read_node_list
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "deployability" / "pebbling"

@@ -21,7 +21,7 @@ from bench.deployability.ground import ground  # noqa: E402
 from bench.deployability.pddl import pddl  # noqa: E402
 from bench.deployability.promela import promela  # noqa: E402
 
-from kalena.core.deployability import Query, Semantics, decide  # noqa: E402
+from kalena.deployability import Query, Semantics, decide  # noqa: E402
 from kalena.deployability_gen import counter_net, mutex_net, pebbling_instance, petri_instance, pyramid  # noqa: E402
 from kalena.testing.deployability import instance, knode, ptype, spread  # noqa: E402
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kalena.core.deployability import Budget, Semantics, Verdict, decide, replay
+from kalena.deployability import Budget, Semantics, Verdict, decide, replay
 from kalena.deployability_gen import (
     PetriNet,
     PNMLError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kalena.core.deployability import HOSTNAME, Evaluator, LabelSelector, Requirement, Semantics
+from kalena.deployability import HOSTNAME, Evaluator, LabelSelector, Requirement, Semantics
 from kalena.ir.errors import IRError
 from kalena.manifests import parse_manifests, read_manifests
 

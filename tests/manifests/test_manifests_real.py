@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kalena.core.deployability import (
+from kalena.deployability import (
     HOSTNAME,
     Evaluator,
     Instance,
@@ -27,7 +27,7 @@ from kalena.core.deployability import (
     decide,
     replay,
 )
-from kalena.core.deployability.model import frozen_map
+from kalena.deployability.model import frozen_map
 from kalena.manifests import read_manifests
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "deployability" / "k8s-manifests"

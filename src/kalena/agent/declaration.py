@@ -21,13 +21,13 @@ A small YAML file (``kalena agent run --declaration node.yaml``)::
 Quantities follow Kuberina IR (``kalena.core.quantity``): a bare number is in IR units
 (cores, GiB, MB/s), a Kubernetes suffix converts. A relative ``cgroup`` lives under Kalena's
 root; an absolute one is taken as it is. Every problem is reported with file, key and value
-(``FILE: KEY: MESSAGE (value: VALUE)``) and nothing is applied: :func:`load_declaration`
+(``FILE: KEY: MESSAGE (value: VALUE)``, the IR readers' :class:`~kalena.ir.errors.Problem`) and
+nothing is applied: :func:`load_declaration`
 either returns a whole :class:`Declaration` or raises :class:`DeclarationError`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,8 @@ from kalena.agent.layout import BadCgroupName, check_name
 from kalena.core.model import DaemonSetSpec, NodeSpec, Tier, WorkloadSpec, node_capacity
 from kalena.core.quantity import QuantityError, parse_quantity
 from kalena.core.resources import DIMS, Resources
+from kalena.core.tolerance import REL_TOL
+from kalena.ir.errors import DOCUMENT, MISSING, Problem, key_path
 
 API_VERSION = "kalena.naughtian.io/v1alpha1"
 KIND = "NodeDeclaration"
@@ -82,24 +84,6 @@ class _Declaration(_Doc):
     kind: Literal["NodeDeclaration"]
     node: _Node
     workloads: list[_Workload] = Field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One problem: ``FILE: KEY: MESSAGE (value: VALUE)``."""
-
-    file: str
-    key: str
-    message: str
-    value: Any = None
-    has_value: bool = True
-
-    def render(self) -> str:
-        tail = ""
-        if self.has_value:
-            text = json.dumps(self.value, default=str)
-            tail = f" (value: {text if len(text) <= 80 else text[:77] + '...'})"
-        return f"{self.file}: {self.key}: {self.message}{tail}"
 
 
 class DeclarationError(Exception):
@@ -139,13 +123,6 @@ class Declaration:
         return node_capacity(self.node, ds)
 
 
-def _key(loc: Sequence[str | int]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "<document>"
-
-
 def _quantities(
     raw: Mapping[str, Any], loc: list[str | int], problems: list[Problem], file: str, default: float
 ) -> Resources:
@@ -153,13 +130,13 @@ def _quantities(
     for dim, v in raw.items():
         if dim not in DIMS:
             problems.append(
-                Problem(file, _key([*loc, dim]), f"unknown dimension; use one of {', '.join(DIMS)}", dim)
+                Problem(file, key_path([*loc, dim]), f"unknown dimension; use one of {', '.join(DIMS)}", dim)
             )
             continue
         try:
             values[dim] = parse_quantity(v, dim)
         except QuantityError as e:
-            problems.append(Problem(file, _key([*loc, dim]), str(e), v))
+            problems.append(Problem(file, key_path([*loc, dim]), str(e), v))
     return Resources.from_mapping(values, default=default)
 
 
@@ -169,7 +146,7 @@ def parse_declaration(data: Any, file: str) -> Declaration:
         doc = _Declaration.model_validate(data)
     except ValidationError as e:
         raise DeclarationError(
-            [Problem(file, _key(err["loc"]), err["msg"], err.get("input")) for err in e.errors()]
+            [Problem(file, key_path(err["loc"]), err["msg"], err.get("input", MISSING)) for err in e.errors()]
         ) from None
     problems: list[Problem] = []
     cap = _quantities(doc.node.capacity, ["node", "capacity"], problems, file, default=float("inf"))
@@ -188,16 +165,16 @@ def parse_declaration(data: Any, file: str) -> Declaration:
         for what, value, seen in (("id", w.id, seen_id), ("cgroup", w.cgroup, seen_cg)):
             if value in seen:
                 problems.append(
-                    Problem(file, _key([*loc, what]), f"repeats workloads[{seen[value]}].{what}", value)
+                    Problem(file, key_path([*loc, what]), f"repeats workloads[{seen[value]}].{what}", value)
                 )
             seen.setdefault(value, i)
         try:
             check_name(w.cgroup)
         except BadCgroupName as e:
-            problems.append(Problem(file, _key([*loc, "cgroup"]), str(e), w.cgroup))
+            problems.append(Problem(file, key_path([*loc, "cgroup"]), str(e), w.cgroup))
         if w.cgroup == "/":
             problems.append(
-                Problem(file, _key([*loc, "cgroup"]), "the hierarchy root cannot be adopted", w.cgroup)
+                Problem(file, key_path([*loc, "cgroup"]), "the hierarchy root cannot be adopted", w.cgroup)
             )
         req = _quantities(w.requests, [*loc, "requests"], problems, file, default=0.0)
         lim = (
@@ -207,7 +184,9 @@ def parse_declaration(data: Any, file: str) -> Declaration:
             for d in DIMS:
                 if lim[d] > 0 and lim[d] < req[d]:
                     problems.append(
-                        Problem(file, _key([*loc, "limits", d]), f"is below the request {req[d]:g}", lim[d])
+                        Problem(
+                            file, key_path([*loc, "limits", d]), f"is below the request {req[d]:g}", lim[d]
+                        )
                     )
         ns = w.id.rsplit("/", 1)[0] if "/" in w.id else ""
         spec = WorkloadSpec(
@@ -225,7 +204,7 @@ def parse_declaration(data: Any, file: str) -> Declaration:
         c = decl.capacity().array()
         total = sum((a.spec.requests.array() for a in decl.production), start=Resources.zero().array())
         for d, name in enumerate(DIMS):
-            if total[d] > c[d] * (1 + 1e-9):
+            if total[d] > c[d] * (1 + REL_TOL):
                 problems.append(
                     Problem(
                         file,
@@ -245,17 +224,13 @@ def load_declaration(path: Path) -> Declaration:
     try:
         text = path.read_text()
     except OSError as e:
-        raise DeclarationError(
-            [Problem(file, "<document>", f"cannot read the file: {e.strerror}", has_value=False)]
-        ) from None
+        raise DeclarationError([Problem(file, DOCUMENT, f"cannot read the file: {e.strerror}")]) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise DeclarationError(
-            [Problem(file, "<document>", f"not valid YAML: {e}", has_value=False)]
-        ) from None
+        raise DeclarationError([Problem(file, DOCUMENT, f"not valid YAML: {e}")]) from None
     if not isinstance(data, dict):
         raise DeclarationError(
-            [Problem(file, "<document>", "must be a mapping with apiVersion, kind, node", data)]
+            [Problem(file, DOCUMENT, "must be a mapping with apiVersion, kind, node", data)]
         )
     return parse_declaration(data, file)

@@ -34,11 +34,11 @@ from pydantic import (
 )
 
 from kalena.agent.cgroupfs import CgroupReader
-from kalena.agent.declaration import Problem
 from kalena.agent.state import JobRecord, write_atomic
 from kalena.agent.writer import CgroupWriter
 from kalena.core.quantity import QuantityError, parse_quantity
 from kalena.core.resources import DIMS
+from kalena.ir.errors import DOCUMENT, MISSING, Problem, key_path
 
 _Q = StrictInt | StrictFloat | StrictStr
 
@@ -95,8 +95,7 @@ def parse_submission(data: Any, file: str) -> Submission:
         doc = _Submission.model_validate(data)
     except ValidationError as e:
         probs = [
-            Problem(file, ".".join(str(x) for x in err["loc"]) or "<document>", err["msg"], err.get("input"))
-            for err in e.errors()
+            Problem(file, key_path(err["loc"]), err["msg"], err.get("input", MISSING)) for err in e.errors()
         ]
         raise SubmissionError(probs) from None
     probs: list[Problem] = []
@@ -160,7 +159,7 @@ def read_inbox(inbox: Path) -> tuple[list[tuple[Path, Submission]], list[Problem
             problems.extend(e.problems)
             _reject(p)
         except (OSError, json.JSONDecodeError) as e:
-            problems.append(Problem(str(p), "<document>", f"not readable JSON: {e}", has_value=False))
+            problems.append(Problem(str(p), DOCUMENT, f"not readable JSON: {e}"))
             _reject(p)
     return ok, problems
 

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from kalena.core.deployability import (
+from kalena.deployability import (
     Answer,
     Budget,
     Instance,

@@ -11,8 +11,9 @@ Formulas (per node n and dimension d, in IR units):
 * capacity  C_n = allocatable_n - sum of the requests of the DaemonSets that run on n
   (:func:`kalena.core.model.node_capacity`; unconstrained dimensions stay ``inf``);
 * load      P_n = sum of R_p over the production workloads p placed on n;
-* request ledger: P_n <= C_n on every dimension (checked with a relative tolerance of
-  1e-9 so that sums of decimal fractions such as 0.1 + 0.2 do not read as a breach);
+* request ledger: P_n <= C_n on every dimension (checked with the relative tolerance
+  :data:`~kalena.core.tolerance.REL_TOL` = 1e-9, so that sums of decimal fractions such as
+  0.1 + 0.2 do not read as a breach);
 * utilisation u_n,d = P_n,d / C_n,d, and the mean over the active nodes (nodes with at
   least one placed workload), which is how Kuberina reports "average CPU utilisation".
 """
@@ -28,10 +29,7 @@ import numpy as np
 
 from kalena.core.model import DaemonSetSpec, NodeSpec, Selector, WorkloadSpec, node_capacity
 from kalena.core.resources import DIMS, Resources, dim_index, stack
-
-#: Relative slack on the request-ledger comparison: far below any real request (1e-9 of a
-#: 64-core node is 64 nano-cores) yet far above float rounding of a few thousand additions.
-LEDGER_RTOL = 1e-9
+from kalena.core.tolerance import REL_TOL
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -198,7 +196,7 @@ class Cluster:
         """Every (node, dimension) where P_n > C_n, in node then dimension order."""
         load = self.node_load()
         cap = self.capacity_matrix()
-        over = load > cap + LEDGER_RTOL * np.maximum(np.abs(cap), 1.0)
+        over = load > cap + REL_TOL * np.maximum(np.abs(cap), 1.0)
         out = []
         for i, d in zip(*np.nonzero(over), strict=True):
             out.append(LedgerBreach(self.nodes[i].name, DIMS[d], float(load[i, d]), float(cap[i, d])))

@@ -5,11 +5,11 @@ Public API: the model (:mod:`.model`), :func:`decide`, :func:`deployable_nodes`,
 and the independent checker's :func:`replay`. See ``README.md`` for the file map and formulas.
 """
 
-from kalena.core.deployability.answer import Answer, Op, Step, Verdict
-from kalena.core.deployability.checker import Replay, replay
-from kalena.core.deployability.decide import decide, deployable_nodes
-from kalena.core.deployability.fragment import Fragment
-from kalena.core.deployability.model import (
+from kalena.deployability.answer import Answer, Op, Step, Verdict
+from kalena.deployability.checker import Replay, replay
+from kalena.deployability.decide import decide, deployable_nodes
+from kalena.deployability.fragment import Fragment
+from kalena.deployability.model import (
     HOSTNAME,
     PODS,
     Instance,
@@ -25,8 +25,8 @@ from kalena.core.deployability.model import (
     Taint,
     Toleration,
 )
-from kalena.core.deployability.search import Budget
-from kalena.core.deployability.semantics import Evaluator, Failure, FailureCode
+from kalena.deployability.search import Budget
+from kalena.deployability.semantics import Evaluator, Failure, FailureCode
 
 __all__ = [
     "HOSTNAME",

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kalena.core.deployability.answer import Op, Step
-from kalena.core.deployability.model import Instance, Semantics
+from kalena.deployability.answer import Op, Step
+from kalena.deployability.model import Instance, Semantics
 
 
 @dataclass(frozen=True, slots=True)

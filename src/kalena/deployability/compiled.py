@@ -34,9 +34,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from kalena.core.deployability.model import Semantics
-from kalena.core.deployability.relevance import Pair, Relevance, guard_parts
-from kalena.core.deployability.tables import Tables
+from kalena.deployability.model import Semantics
+from kalena.deployability.relevance import Pair, Relevance, guard_parts
+from kalena.deployability.tables import Tables
 
 State = tuple[int, tuple[int, ...]]
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from kalena.core.deployability import search_vec
-from kalena.core.deployability.answer import Answer, Op, Step, Verdict
-from kalena.core.deployability.checker import Checker, replay
-from kalena.core.deployability.compiled import compile_question
-from kalena.core.deployability.fragment import AAS, classify
-from kalena.core.deployability.model import Instance, Query, Semantics
-from kalena.core.deployability.relevance import Pair, guard_parts, relevance
-from kalena.core.deployability.search import DELETE, DEPLOY, Budget, SearchResult, search
-from kalena.core.deployability.semantics import Evaluator, FailureCode
-from kalena.core.deployability.symmetry import Canonicalizer, node_classes
-from kalena.core.deployability.tables import Tables
+from kalena.deployability import search_vec
+from kalena.deployability.answer import Answer, Op, Step, Verdict
+from kalena.deployability.checker import Checker, replay
+from kalena.deployability.compiled import compile_question
+from kalena.deployability.fragment import AAS, classify
+from kalena.deployability.model import Instance, Query, Semantics
+from kalena.deployability.relevance import Pair, guard_parts, relevance
+from kalena.deployability.search import DELETE, DEPLOY, Budget, SearchResult, search
+from kalena.deployability.semantics import Evaluator, FailureCode
+from kalena.deployability.symmetry import Canonicalizer, node_classes
+from kalena.deployability.tables import Tables
 
 #: The vectorised search first runs breadth-first up to this many states: most questions end
 #: there, with a shortest witness. Beyond it a witness, if any, is likely long, and a beam probe

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kalena.core.deployability.relevance import Relevance
-from kalena.core.deployability.tables import Tables
+from kalena.deployability.relevance import Relevance
+from kalena.deployability.tables import Tables
 
 
 @dataclass(frozen=True, slots=True)

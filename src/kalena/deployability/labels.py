@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from kalena.core.deployability.model import (
+from kalena.deployability.model import (
     LabelSelector,
     Node,
     NodeSelectorTerm,

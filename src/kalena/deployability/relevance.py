@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kalena.core.deployability.model import Semantics
-from kalena.core.deployability.tables import Tables
+from kalena.deployability.model import Semantics
+from kalena.deployability.tables import Tables
 
 Pair = tuple[int, int]
 Universe = Mapping[int, Iterable[int]]  # node -> types that may run there

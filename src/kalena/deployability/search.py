@@ -16,8 +16,8 @@ moment (a dimension or constraint that already holds cannot become violated by f
 deletions of pods in ``d``'s own node or domain). The search generates exactly these moves,
 so it finds a path whenever one exists, and every move it makes is legal.
 
-**Budget.** ``max_states`` bounds the stored states; ``should_stop`` (passed in by the shell: the
-core reads no clock) is polled every ``check_every`` expansions. Either one ending the search
+**Budget.** ``max_states`` bounds the stored states; ``should_stop`` (passed in by the shell: this
+package reads no clock) is polled every ``check_every`` expansions. Either one ending the search
 early makes the answer ``unknown``.
 """
 
@@ -27,8 +27,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from kalena.core.deployability.compiled import Compiled, Guard, State
-from kalena.core.deployability.symmetry import Canonicalizer
+from kalena.deployability.compiled import Compiled, Guard, State
+from kalena.deployability.symmetry import Canonicalizer
 
 DEPLOY, DELETE, CLEAR = 0, 1, 2
 Move = tuple[int, int]  # (DEPLOY, guard index) | (DELETE, slot) | (CLEAR, slot mask)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kalena.core.deployability.compiled import Compiled
-from kalena.core.deployability.search import CLEAR, DELETE, DEPLOY, Budget, Move, SearchResult
+from kalena.deployability.compiled import Compiled
+from kalena.deployability.search import CLEAR, DELETE, DEPLOY, Budget, Move, SearchResult
 
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
@@ -251,7 +251,7 @@ def _relaxed_plan(wd: _Words, order: list[tuple[int, int]], targets: np.ndarray,
 def search_vec(
     c: Compiled, budget: Budget, width: int | None = None, max_levels: int | None = None
 ) -> SearchResult:
-    """Level-synchronous BFS; same contract as :func:`kalena.core.deployability.search.search`.
+    """Level-synchronous BFS; same contract as :func:`kalena.deployability.search.search`.
 
     With ``width``, a beam search instead (see the module docstring): never ``not-deployable``,
     it reports ``stopped="probe"`` when it ends without a witness.

@@ -33,8 +33,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kalena.core.deployability import labels as lb
-from kalena.core.deployability.model import Instance, Node, PodType, Semantics
+from kalena.deployability import labels as lb
+from kalena.deployability.model import Instance, Node, PodType, Semantics
 
 Config = Mapping[tuple[str, str], int]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kalena.core.deployability.compiled import Compiled, State
-from kalena.core.deployability.relevance import Pair, Relevance
-from kalena.core.deployability.tables import Tables
+from kalena.deployability.compiled import Compiled, State
+from kalena.deployability.relevance import Pair, Relevance
+from kalena.deployability.tables import Tables
 
 _PRIVATE = "\x00private"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from kalena.core.deployability import labels as lb
-from kalena.core.deployability.model import Instance, LabelSelector, PodAffinityTerm, PodType, Semantics
+from kalena.deployability import labels as lb
+from kalena.deployability.model import Instance, LabelSelector, PodAffinityTerm, PodType, Semantics
 
 
 class Tables:

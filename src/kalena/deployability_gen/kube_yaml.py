@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from kalena.core.deployability.model import (
+from kalena.deployability.model import (
     PODS,
     Instance,
     LabelSelector,

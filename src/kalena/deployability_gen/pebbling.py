@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kalena.core.deployability.model import (
+from kalena.deployability.model import (
     HOSTNAME,
     PODS,
     Instance,

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kalena.core.deployability.model import (
+from kalena.deployability.model import (
     HOSTNAME,
     Instance,
     LabelSelector,

@@ -7,7 +7,9 @@ It renders as one line::
     FILE: KEYPATH: MESSAGE (value: VALUE)
 
 Readers accumulate problems in a :class:`ProblemLog` and raise one :class:`IRError` carrying
-all of them at the end, so a user fixes a file in one pass instead of one error per run.
+all of them at the end, so a user fixes a file in one pass instead of one error per run. The node
+agent's declaration and inbox readers report with the same :class:`Problem`, so every input file
+of every shell renders its problems alike.
 """
 
 from __future__ import annotations

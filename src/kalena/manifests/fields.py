@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kalena.core.deployability.model import LabelSelector, Requirement, frozen_map
 from kalena.core.quantity import QuantityError, parse_quantity
+from kalena.deployability.model import LabelSelector, Requirement, frozen_map
 from kalena.ir.errors import ProblemLog
 
 Loc = tuple[str | int, ...]

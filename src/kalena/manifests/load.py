@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from kalena.core.deployability.model import HOSTNAME, Instance, Node, PodType, Taint, Toleration, frozen_map
+from kalena.deployability.model import HOSTNAME, Instance, Node, PodType, Taint, Toleration, frozen_map
 from kalena.ir.errors import DOCUMENT, IRError, Problem, ProblemLog, key_path
 from kalena.manifests import fields as f
 from kalena.manifests.fields import Loc

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kalena.core.deployability.model import (
+from kalena.deployability.model import (
     PODS,
     LabelSelector,
     NodeSelectorTerm,

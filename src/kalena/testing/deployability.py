@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from kalena.core.deployability.checker import feasible
-from kalena.core.deployability.model import (
+from kalena.deployability.checker import feasible
+from kalena.deployability.model import (
     HOSTNAME,
     PODS,
     Instance,

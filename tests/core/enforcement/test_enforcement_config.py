@@ -26,6 +26,7 @@ BAD: list[tuple[type, dict[str, Any], str]] = [
     (PairingConfig, {"max_evictions": True}, "max_evictions"),
     (PairingConfig, {"window_s": 0.0}, "window_s"),
     (ThrottleConfig, {"headroom_fraction": 0.9}, "headroom_fraction"),
+    (ThrottleConfig, {"headroom_fraction": True}, "headroom_fraction"),
     (ThrottleConfig, {"growth_fraction": 0.0}, "growth_fraction"),
     (ThrottleConfig, {"pressure_cut": 1.5}, "pressure_cut"),
     (ThrottleConfig, {"psi_some_threshold": 0.0}, "psi_some_threshold"),
@@ -33,6 +34,7 @@ BAD: list[tuple[type, dict[str, Any], str]] = [
     (ThrottleConfig, {"batch_weight": 20000}, "batch_weight"),
     (ThrottleConfig, {"min_quota_cores": 0.0}, "min_quota_cores"),
     (StarvationConfig, {"theta": -0.1}, "theta"),
+    (StarvationConfig, {"theta": math.nan}, "theta"),
     (StarvationConfig, {"min_allocation_cores": 0.0}, "min_allocation_cores"),
     (EscalationConfig, {"rounds": 0}, "rounds"),
     (EscalationConfig, {"persist_s": 0.0}, "persist_s"),
@@ -48,6 +50,12 @@ def test_bad_value_names_key_and_value(cls: type, kwargs: dict[str, Any], key: s
         cls(**kwargs)
     assert repr(kwargs[key]) in str(info.value)
     assert cls.__name__ in str(info.value)
+
+
+def test_message_format() -> None:
+    with pytest.raises(ValueError) as info:
+        ThrottleConfig(growth_fraction=0)
+    assert str(info.value) == "ThrottleConfig.growth_fraction must be in (0, 1], got 0"
 
 
 @pytest.mark.parametrize(

@@ -137,12 +137,14 @@ def test_update_is_pure_and_matches_the_in_place_path() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"margin": 0.9}, "margin must be a finite number >= 1, got 0.9"),
-        ({"margin": math.inf}, "margin must be a finite number >= 1, got inf"),
-        ({"half_life_s": 0.0}, "half_life_s must be a finite number of seconds > 0, got 0.0"),
-        ({"half_life_s": -5.0}, "half_life_s must be a finite number of seconds > 0, got -5.0"),
+        ({"margin": 0.9}, "DecayParams.margin must be a finite number >= 1, got 0.9"),
+        ({"margin": math.inf}, "DecayParams.margin must be a finite number >= 1, got inf"),
+        ({"margin": True}, "DecayParams.margin must be a finite number >= 1, got True"),
+        ({"half_life_s": 0.0}, "DecayParams.half_life_s must be a finite number > 0, got 0.0"),
+        ({"half_life_s": -5.0}, "DecayParams.half_life_s must be a finite number > 0, got -5.0"),
+        ({"half_life_s": math.nan}, "DecayParams.half_life_s must be a finite number > 0, got nan"),
     ],
-    ids=["margin-below-1", "margin-inf", "half-life-0", "half-life-negative"],
+    ids=["margin-below-1", "margin-inf", "margin-bool", "half-life-0", "half-life-negative", "half-life-nan"],
 )
 def test_bad_params_name_key_and_value(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):

@@ -151,17 +151,20 @@ def test_appended_rows_start_empty() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"target_percentile": 1.0}, r"target_percentile must be in \(0, 1\), got 1.0"),
-        ({"target_percentile": 0.0}, r"target_percentile must be in \(0, 1\), got 0.0"),
-        ({"margin": 0.5}, "margin must be a finite number >= 1, got 0.5"),
-        ({"half_life_s": 0.0}, "half_life_s must be finite and > 0, got 0.0"),
-        ({"bucket_ratio": 1.0}, "bucket_ratio must be finite and > 1, got 1.0"),
-        ({"first_bucket": -1.0}, "first_bucket must be finite and > 0, got -1.0"),
-        ({"n_buckets": 1}, "n_buckets must be an integer >= 2, got 1"),
-        ({"n_buckets": 8.0}, "n_buckets must be an integer >= 2, got 8.0"),
+        ({"target_percentile": 1.0}, r"HistogramParams.target_percentile must be in \(0, 1\), got 1.0"),
+        ({"target_percentile": 0.0}, r"HistogramParams.target_percentile must be in \(0, 1\), got 0.0"),
+        ({"target_percentile": True}, r"HistogramParams.target_percentile must be in \(0, 1\), got True"),
+        ({"margin": 0.5}, "HistogramParams.margin must be a finite number >= 1, got 0.5"),
+        ({"margin": True}, "HistogramParams.margin must be a finite number >= 1, got True"),
+        ({"half_life_s": 0.0}, "HistogramParams.half_life_s must be a finite number > 0, got 0.0"),
+        ({"bucket_ratio": 1.0}, "HistogramParams.bucket_ratio must be a finite number > 1, got 1.0"),
+        ({"first_bucket": -1.0}, "HistogramParams.first_bucket must be a finite number > 0, got -1.0"),
+        ({"n_buckets": 1}, "HistogramParams.n_buckets must be an integer >= 2, got 1"),
+        ({"n_buckets": 8.0}, "HistogramParams.n_buckets must be an integer >= 2, got 8.0"),
     ],
-    ids=["p-1", "p-0", "margin", "half-life", "ratio", "first-bucket", "one-bucket", "float-buckets"],
-)
+    ids=["p-1", "p-0", "p-bool", "margin", "margin-bool", "half-life", "ratio", "first-bucket", "one-bucket",
+         "float-buckets"],
+)  # fmt: skip
 def test_bad_params_name_key_and_value(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         HistogramParams(**kwargs)

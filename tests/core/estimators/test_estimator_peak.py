@@ -137,15 +137,18 @@ def test_margin_class_of_a_tier(tier: Tier, cls: MarginClass) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"window": 0}, "window must be an integer number of samples >= 1, got 0"),
-        ({"window": 2.5}, "window must be an integer number of samples >= 1, got 2.5"),
-        ({"quantile": 1.5}, "quantile must be in \\[0, 1\\], got 1.5"),
-        ({"margin_service": 0.5}, "margin_service must be a finite number >= 1, got 0.5"),
-        ({"margin_batch": math.nan}, "margin_batch must be a finite number >= 1, got nan"),
-        ({"margin_best_effort": 0.99}, "margin_best_effort must be a finite number >= 1, got 0.99"),
+        ({"window": 0}, "PeakParams.window must be an integer >= 1, got 0"),
+        ({"window": 2.5}, "PeakParams.window must be an integer >= 1, got 2.5"),
+        ({"window": True}, "PeakParams.window must be an integer >= 1, got True"),
+        ({"quantile": 1.5}, "PeakParams.quantile must be in \\[0, 1\\], got 1.5"),
+        ({"quantile": True}, "PeakParams.quantile must be in \\[0, 1\\], got True"),
+        ({"margin_service": 0.5}, "PeakParams.margin_service must be a finite number >= 1, got 0.5"),
+        ({"margin_batch": math.nan}, "PeakParams.margin_batch must be a finite number >= 1, got nan"),
+        ({"margin_best_effort": 0.99}, "PeakParams.margin_best_effort must be .* >= 1, got 0.99"),
     ],
-    ids=["window-0", "window-float", "quantile-above-1", "service-margin", "batch-margin-nan", "be-margin"],
-)
+    ids=["window-0", "window-float", "window-bool", "quantile-above-1", "quantile-bool", "service-margin",
+         "batch-margin-nan", "be-margin"],
+)  # fmt: skip
 def test_bad_params_name_key_and_value(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PeakParams(**kwargs)

@@ -1,6 +1,7 @@
 """Score terms with hand-computed numbers, the volatility helper and the weights."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -100,22 +101,31 @@ def test_image_masks_and_bucket_key():
 
 
 BAD_CONFIG = [
-    ("negative-weight", {"image_weight": -1.0}, "image_weight=-1.0"),
-    ("nan-weight", {"stranded_weight": math.nan}, "stranded_weight"),
-    ("zero-scale", {"volatility_scale": 0.0}, "volatility_scale=0.0"),
-    ("short-widths", {"bucket_width": (1.0,) * 7}, "bucket_width"),
-    ("zero-width", {"bucket_width": (0.0,) + (1.0,) * 7}, "widths must be > 0"),
-    ("unknown-dim", {"stranded_dims": ("cpu", "bogus")}, "bogus"),
-    ("gpu-dim", {"stranded_dims": ("cpu", "gpu")}, "gpu is never slack"),
-    ("zero-sample", {"sample_feasible": 0}, "sample_feasible=0"),
-    ("float-threshold", {"sample_above_nodes": 1.5}, "sample_above_nodes=1.5"),
+    ("negative-weight", {"image_weight": -1.0}, "image_weight must be a finite number >= 0, got -1.0"),
+    ("nan-weight", {"stranded_weight": math.nan}, "stranded_weight must be"),
+    ("bool-weight", {"stranded_weight": True}, "stranded_weight must be"),
+    ("zero-scale", {"volatility_scale": 0.0}, "volatility_scale must be a finite number > 0, got 0.0"),
+    ("short-widths", {"bucket_width": (1.0,) * 7}, "bucket_width must be a sequence of 8 numbers"),
+    ("zero-width", {"bucket_width": (0.0,) + (1.0,) * 7}, "bucket_width[0] must be a finite number > 0"),
+    ("unknown-dim", {"stranded_dims": ("cpu", "bogus")}, "stranded_dims must be names from cpu, ram,"),
+    ("gpu-dim", {"stranded_dims": ("cpu", "gpu")}, "(gpu is never slack), got ('cpu', 'gpu')"),
+    ("number-flag", {"equivalence_reuse": 1}, "equivalence_reuse must be true or false, got 1"),
+    ("zero-sample", {"sample_feasible": 0}, "sample_feasible must be an integer >= 1, got 0"),
+    ("float-threshold", {"sample_above_nodes": 1.5}, "sample_above_nodes must be an integer >= 1"),
 ]
 
 
 @pytest.mark.parametrize(("kw", "msg"), [c[1:] for c in BAD_CONFIG], ids=[c[0] for c in BAD_CONFIG])
 def test_config_rejects_bad_values_naming_key_and_value(kw, msg):
-    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=re.escape(msg)) as info:
         PlacementConfig(**kw)
+    assert str(info.value).startswith("PlacementConfig.")
+
+
+def test_config_normalises_sequences_read_from_yaml():
+    c = PlacementConfig(bucket_width=[1] * 8, stranded_dims=["cpu", "ram"])
+    assert c.bucket_width == (1.0,) * 8 and c.stranded_dims == ("cpu", "ram")
+    assert c == PlacementConfig(bucket_width=(1.0,) * 8, stranded_dims=("cpu", "ram")) and hash(c)
 
 
 def test_config_defaults_and_weights():

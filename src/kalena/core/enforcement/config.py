@@ -8,49 +8,9 @@ each one states why it has its value, and the calibration protocol (seed 000 §6
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-
-def _fail(cls: str, key: str, value: object, rule: str) -> ValueError:
-    return ValueError(f"{cls}.{key} must be {rule}, got {value!r}")
-
-
-def _check_number(
-    obj: object,
-    key: str,
-    *,
-    lo: float = 0.0,
-    hi: float = math.inf,
-    lo_open: bool = False,
-    allow_inf: bool = False,
-) -> None:
-    """Raise unless ``getattr(obj, key)`` is a real number in the stated range."""
-    cls = type(obj).__name__
-    value = getattr(obj, key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise _fail(cls, key, value, "a number")
-    if math.isinf(value) and not allow_inf:
-        raise _fail(cls, key, value, "finite")
-    if value < lo or (lo_open and value == lo) or value > hi:
-        left = "(" if lo_open else "["
-        raise _fail(cls, key, value, f"in {left}{lo:g}, {hi:g}]")
-
-
-def _check_int(obj: object, key: str, *, lo: int, hi: int | None = None) -> None:
-    cls = type(obj).__name__
-    value = getattr(obj, key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(cls, key, value, "an integer")
-    if value < lo or (hi is not None and value > hi):
-        raise _fail(cls, key, value, f">= {lo}" + (f" and <= {hi}" if hi is not None else ""))
-
-
-def _check_seconds(obj: object) -> None:
-    """Every field ending in ``_s`` is a finite, non-negative duration."""
-    for f in fields(obj):  # type: ignore[arg-type]
-        if f.name.endswith("_s"):
-            _check_number(obj, f.name)
+from kalena.core.validate import check_fraction, check_int, check_number, check_seconds, fail
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +37,13 @@ class EvictionConfig:
     cooldown_s: float = 600.0
 
     def __post_init__(self) -> None:
-        _check_seconds(self)
+        check_seconds(self)
         if self.acute_grace_period_s > self.grace_period_s:
-            raise _fail(
-                "EvictionConfig",
+            raise fail(
+                self,
                 "acute_grace_period_s",
                 self.acute_grace_period_s,
-                f"<= grace_period_s ({self.grace_period_s:g}): acute pressure only shortens the grace",
+                f"<= grace_period_s ({self.grace_period_s:g}; acute pressure only shortens the grace)",
             )
 
 
@@ -102,8 +62,8 @@ class PairingConfig:
     window_s: float = 3600.0
 
     def __post_init__(self) -> None:
-        _check_int(self, "max_evictions", lo=1)
-        _check_number(self, "window_s", lo_open=True)
+        check_int(self, "max_evictions", lo=1)
+        check_number(self, "window_s", lo_open=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +82,11 @@ class ThrottleConfig:
     * ``psi_some_threshold`` = 0.20: cpu PSI ``some`` avg10 as a fraction; at 20% of wall time
       with a runnable task waiting, latency-sensitive services are visibly delayed, while an
       ordinary busy node stays in the low single digits.
-    * ``batch_weight`` = 1: cgroup v2 ``cpu.weight`` for batch (range 1..10000, default 100;
-      v1 shares = weight x 1024 / 100 rounded, at least 2), the minimal share seed 000 §3.2 asks.
+    * ``batch_weight`` = 1: cgroup v2 ``cpu.weight`` for batch (range 1..10000, default 100), the
+      minimal share seed 000 §3.2 asks. On v1 it becomes ``cpu.shares`` by the linear map of the two
+      ranges (1 -> 2, 10000 -> 262144; the runc/crun mapping inverted), ``shares = 2 +
+      round((weight - 1) * 262142 / 9999)`` (``weight_to_shares``): weight 1 is the kernel's minimum
+      of 2 shares.
     * ``min_quota_cores`` = 0.01: the kernel's smallest CFS quota is 1 ms per 100 ms period;
       a quota of zero is not writable and would freeze the workload.
     """
@@ -136,12 +99,12 @@ class ThrottleConfig:
     min_quota_cores: float = 0.01
 
     def __post_init__(self) -> None:
-        _check_number(self, "headroom_fraction", hi=0.5)
-        _check_number(self, "growth_fraction", lo_open=True, hi=1.0)
-        _check_number(self, "pressure_cut", hi=1.0)
-        _check_number(self, "psi_some_threshold", lo_open=True, hi=1.0)
-        _check_int(self, "batch_weight", lo=1, hi=10000)
-        _check_number(self, "min_quota_cores", lo_open=True, hi=1.0)
+        check_number(self, "headroom_fraction", hi=0.5)
+        check_fraction(self, "growth_fraction", lo_open=True)
+        check_fraction(self, "pressure_cut")
+        check_fraction(self, "psi_some_threshold", lo_open=True)
+        check_int(self, "batch_weight", lo=1, hi=10000)
+        check_number(self, "min_quota_cores", lo_open=True, hi=1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +123,8 @@ class StarvationConfig:
     min_allocation_cores: float = 0.25
 
     def __post_init__(self) -> None:
-        _check_number(self, "theta", hi=1.0)
-        _check_number(self, "min_allocation_cores", lo_open=True)
+        check_fraction(self, "theta")
+        check_number(self, "min_allocation_cores", lo_open=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +148,6 @@ class EscalationConfig:
     drain_grace_period_s: float = 30.0
 
     def __post_init__(self) -> None:
-        _check_int(self, "rounds", lo=1)
-        _check_seconds(self)
-        _check_number(self, "persist_s", lo_open=True)
+        check_int(self, "rounds", lo=1)
+        check_seconds(self)
+        check_number(self, "persist_s", lo_open=True)

@@ -20,19 +20,16 @@ import numpy as np
 
 from kalena.core.model import Tier, WorkloadSpec
 from kalena.core.resources import DIMS, NDIM, Resources, dim_index
-
-#: Relative tolerance of ledger comparisons: float sums of a few hundred GiB values must not
-#: flip "holds" on rounding noise (1e-9 of capacity is far below any quantity a node reports).
-LEDGER_RTOL = 1e-9
+from kalena.core.tolerance import REL_TOL
 
 
 def ledger_holds_all(totals: np.ndarray, capacity: float) -> np.ndarray:
-    """Element-wise ``totals <= capacity`` up to :data:`LEDGER_RTOL` (infinite capacity always holds)."""
-    return np.asarray(totals) <= capacity + LEDGER_RTOL * max(1.0, abs(capacity))
+    """Element-wise ``totals <= capacity`` up to :data:`REL_TOL` (infinite capacity always holds)."""
+    return np.asarray(totals) <= capacity + REL_TOL * max(1.0, abs(capacity))
 
 
 def ledger_holds(total: float, capacity: float) -> bool:
-    """``total <= capacity`` up to :data:`LEDGER_RTOL` (an infinite capacity always holds)."""
+    """``total <= capacity`` up to :data:`REL_TOL` (an infinite capacity always holds)."""
     return bool(ledger_holds_all(np.asarray(total), capacity))
 
 

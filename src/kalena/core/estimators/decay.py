@@ -19,7 +19,6 @@ allocation per call.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +31,7 @@ from kalena.core.estimators.base import (
     finalize,
     held_rows,
 )
+from kalena.core.validate import check_number
 
 #: Placeholder defaults until the calibration protocol (seed 000 §6.4) sets them: a 15 % margin
 #: (the VPA recommender's default safety margin) and a 15 min half-life (released capacity is
@@ -48,10 +48,8 @@ class DecayParams:
     half_life_s: float = DEFAULT_HALF_LIFE_S
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.margin) and self.margin >= 1.0):
-            raise ValueError(f"margin must be a finite number >= 1, got {self.margin!r}")
-        if not (math.isfinite(self.half_life_s) and self.half_life_s > 0):
-            raise ValueError(f"half_life_s must be a finite number of seconds > 0, got {self.half_life_s!r}")
+        check_number(self, "margin", lo=1.0)
+        check_number(self, "half_life_s", lo_open=True)
 
     def alpha(self, dt: float) -> float:
         """alpha = 0.5 ** (dt / h): the weight the previous reservation keeps after dt seconds."""

@@ -51,6 +51,7 @@ from kalena.core.estimators.base import (
     finalize,
     held_rows,
 )
+from kalena.core.validate import check_fraction, check_int, check_number
 
 #: Renormalise when the newest weight passes 2**32: sums stay far below float32's 3.4e38 for any
 #: realistic sample count, and weights under 2**-24 of the newest are negligible in float32 anyway.
@@ -69,20 +70,12 @@ class HistogramParams:
     n_buckets: int = 80
 
     def __post_init__(self) -> None:
-        def need(ok: bool, key: str, what: str) -> None:
-            if not ok:
-                raise ValueError(f"{key} must be {what}, got {getattr(self, key)!r}")
-
-        need(0.0 < self.target_percentile < 1.0, "target_percentile", "in (0, 1)")
-        need(math.isfinite(self.margin) and self.margin >= 1.0, "margin", "a finite number >= 1")
-        need(math.isfinite(self.half_life_s) and self.half_life_s > 0, "half_life_s", "finite and > 0")
-        need(math.isfinite(self.bucket_ratio) and self.bucket_ratio > 1.0, "bucket_ratio", "finite and > 1")
-        need(math.isfinite(self.first_bucket) and self.first_bucket > 0, "first_bucket", "finite and > 0")
-        need(
-            isinstance(self.n_buckets, int) and not isinstance(self.n_buckets, bool) and self.n_buckets >= 2,
-            "n_buckets",
-            "an integer >= 2",
-        )
+        check_fraction(self, "target_percentile", lo_open=True, hi_open=True)
+        check_number(self, "margin", lo=1.0)
+        check_number(self, "half_life_s", lo_open=True)
+        check_number(self, "bucket_ratio", lo=1.0, lo_open=True)
+        check_number(self, "first_bucket", lo_open=True)
+        check_int(self, "n_buckets", lo=2)
 
     def lower_edges(self) -> np.ndarray:
         """b_0 .. b_{B-1} in units of the scale."""

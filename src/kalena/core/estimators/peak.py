@@ -23,7 +23,6 @@ not raise r to m*u at once: the p99 deliberately discounts the rarest spike.
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +36,7 @@ from kalena.core.estimators.base import (
     held_rows,
 )
 from kalena.core.model import Tier
+from kalena.core.validate import check_fraction, check_int, check_number
 
 #: 15 min of 10 s samples: the same horizon as the decay estimator's 900 s half-life.
 DEFAULT_WINDOW = 90
@@ -68,14 +68,10 @@ class PeakParams:
     margin_best_effort: float = 1.05
 
     def __post_init__(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window must be an integer number of samples >= 1, got {self.window!r}")
-        if not (0.0 <= self.quantile <= 1.0):
-            raise ValueError(f"quantile must be in [0, 1], got {self.quantile!r}")
+        check_int(self, "window", lo=1)
+        check_fraction(self, "quantile")
         for key in ("margin_service", "margin_batch", "margin_best_effort"):
-            m = getattr(self, key)
-            if not (math.isfinite(m) and m >= 1.0):
-                raise ValueError(f"{key} must be a finite number >= 1, got {m!r}")
+            check_number(self, key, lo=1.0)
 
     def margins(self) -> np.ndarray:
         """Margins indexed by :class:`MarginClass`."""

@@ -11,12 +11,11 @@ from kalena.core.ledger.commitments import (
     RemoveBatch,
     ReservationUpdate,
 )
-from kalena.core.ledger.fit import FIT_RTOL, fits_mask, insufficient_resources, shortfall, tolerant_capacity
+from kalena.core.ledger.fit import fits_mask, insufficient_resources, shortfall, tolerant_capacity
 from kalena.core.ledger.invariant import restoration_violations, sum_violations
 from kalena.core.ledger.state import Ledger, RowView, Sums, from_blueprint
 
 __all__ = [
-    "FIT_RTOL",
     "Blueprint",
     "CommitResult",
     "Commitment",

@@ -13,18 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from kalena.core.resources import DIMS
+from kalena.core.tolerance import REL_TOL
 from kalena.core.verdict import Reason, ReasonCode
-
-#: Relative slack granted to the capacity side of the comparison. Incremental per-node sums
-#: drift by about one ulp (~1e-16 relative) per add/remove; 1e-9 absorbs a million such
-#: operations while staying far below any real quantity (a millicore on a 1,000-core node is 1e-6).
-FIT_RTOL = 1e-9
 
 
 def tolerant_capacity(capacity: np.ndarray) -> np.ndarray:
-    """``C + FIT_RTOL * max(1, C)``: the bound ``used + R`` is compared against (``inf`` stays ``inf``)."""
+    """``C + REL_TOL * max(1, C)``: the bound ``used + R`` is compared against (``inf`` stays ``inf``)."""
     capacity = np.asarray(capacity, dtype=np.float64)
-    return capacity + FIT_RTOL * np.maximum(1.0, capacity)
+    return capacity + REL_TOL * np.maximum(1.0, capacity)
 
 
 def fits_mask(request: np.ndarray, used: np.ndarray, capacity_tol: np.ndarray) -> np.ndarray:

@@ -20,13 +20,12 @@ import numpy as np
 from kalena.core.ledger.blueprint import Blueprint, per_node_sum
 from kalena.core.ledger.state import Ledger
 from kalena.core.resources import DIMS
+from kalena.core.tolerance import REL_TOL
 from kalena.core.verdict import Reason, ReasonCode
 
 #: Per-node sums of identical rows added in the same order are bitwise equal; the tolerance only
 #: covers a blueprint whose sums were formed in a different order.
 SUM_RTOL = 1e-12
-#: Incremental reservation sums drift by ~1 ulp per add/remove between bulk recomputes.
-DRIFT_RTOL = 1e-9
 
 _MAX_LISTED = 5  # name at most this many offenders per check, then count the rest
 
@@ -96,7 +95,7 @@ def sum_violations(ledger: Ledger) -> tuple[Reason, ...]:
     out: list[Reason] = []
     for name in ("request", "reservation"):
         a, b = getattr(inc, name), getattr(scratch, name)
-        bad = ~np.isclose(a, b, rtol=DRIFT_RTOL, atol=DRIFT_RTOL)
+        bad = ~np.isclose(a, b, rtol=REL_TOL, atol=REL_TOL)
         for d in np.flatnonzero(bad.any(axis=0)):
             out.append(_violation(f"incremental {name} sum drifted from scratch", DIMS[d]))
     for name in ("batch_count", "service_count"):

@@ -26,7 +26,6 @@ Cache and sampling defaults:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -34,16 +33,12 @@ from types import MappingProxyType
 import numpy as np
 
 from kalena.core.resources import DIMS, GPU, NDIM, RECLAIMABLE, dim_index
+from kalena.core.validate import check_bool, check_int, check_number, check_numbers, fail
 
 _EMPTY: Mapping = MappingProxyType({})
 
 DEFAULT_BUCKET_WIDTH: tuple[float, ...] = (0.25, 0.25, 1.0, 1.0, 10.0, 10.0, 10.0, 10.0)
 DEFAULT_STRANDED_DIMS: tuple[str, ...] = tuple(d for d, r in zip(DIMS, RECLAIMABLE, strict=True) if r)
-
-
-def _check(ok: bool, key: str, value: object, want: str) -> None:
-    if not ok:
-        raise ValueError(f"placement config {key}={value!r}: {want}")
 
 
 @dataclass(frozen=True)
@@ -63,32 +58,20 @@ class PlacementConfig:
 
     def __post_init__(self) -> None:
         for key in ("stranded_weight", "colocation_weight", "image_weight", "volatility_weight"):
-            v = getattr(self, key)
-            _check(
-                isinstance(v, int | float) and math.isfinite(v) and v >= 0, key, v, "must be finite and >= 0"
-            )
-        v = self.volatility_scale
-        _check(math.isfinite(v) and v > 0, "volatility_scale", v, "must be finite and > 0")
-        w = tuple(float(x) for x in self.bucket_width)
-        _check(len(w) == NDIM, "bucket_width", self.bucket_width, f"needs {NDIM} widths in DIMS order")
-        _check(
-            all(math.isfinite(x) and x > 0 for x in w),
-            "bucket_width",
-            self.bucket_width,
-            "widths must be > 0",
-        )
-        object.__setattr__(self, "bucket_width", w)
-        for d in self.stranded_dims:
-            try:
-                i = dim_index(d)
-            except KeyError as e:
-                raise ValueError(
-                    f"placement config stranded_dims={self.stranded_dims!r}: {e.args[0]}"
-                ) from None
-            _check(i != GPU, "stranded_dims", self.stranded_dims, "gpu is never slack")
+            check_number(self, key)
+        check_number(self, "volatility_scale", lo_open=True)
+        # normalised to tuples so that a list read from YAML hashes and compares like the default
+        widths = check_numbers(self, "bucket_width", length=NDIM, lo_open=True)
+        object.__setattr__(self, "bucket_width", widths)
+        dims = self.stranded_dims
+        slack = tuple(d for i, d in enumerate(DIMS) if i != GPU)  # gpu is never slack
+        if not isinstance(dims, tuple | list) or not all(isinstance(d, str) and d in slack for d in dims):
+            raise fail(self, "stranded_dims", dims, f"names from {', '.join(slack)} (gpu is never slack)")
+        object.__setattr__(self, "stranded_dims", tuple(dims))
+        check_bool(self, "equivalence_reuse")
+        check_bool(self, "relaxed_randomisation")
         for key in ("sample_above_nodes", "sample_feasible", "max_cached_classes"):
-            v = getattr(self, key)
-            _check(isinstance(v, int) and v >= 1, key, v, "must be an integer >= 1")
+            check_int(self, key, lo=1)
 
     @property
     def width_array(self) -> np.ndarray:
