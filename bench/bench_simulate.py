@@ -66,7 +66,6 @@ def run(cluster_factory, config: SimConfig) -> dict:  # type: ignore[no-untyped-
         "batch_pods_placed": report["placement"]["placed"],
         "reclaimed_work_fraction": report["reclaimed_work_fraction"],
         "restoration_violations": report["restoration_violations"],
-        "throttle_audit_mismatches": report["throttle_audit"]["mismatches"],
     }
 
 

@@ -1,4 +1,4 @@
-"""Memory: which nodes the core's eviction policy sees, and whom the kernel's OOM killer takes."""
+"""Memory: whom the kernel's OOM killer takes (which nodes the round must see is the core's)."""
 
 from __future__ import annotations
 
@@ -9,39 +9,6 @@ from kalena.core.resources import NDIM, RAM
 from kalena.sim import memory
 
 INF = np.inf
-
-
-def _rows(res, use):
-    n = len(res)
-    r = np.zeros((n, NDIM))
-    u = np.zeros((n, NDIM))
-    r[:, RAM], u[:, RAM] = res, use
-    return r, u
-
-
-# (id, reservations, usages, capacity, breached, over, high)
-SCREEN = [
-    ("calm", [4, 4], [3, 3], 10, False, False, False),
-    ("usage-above-reservation-breaches", [4, 4], [6.5, 3.2], 10, True, False, True),
-    ("over-capacity", [4, 4], [6, 5], 10, True, True, True),
-    ("memory-high-only", [5, 5], [5, 4.6], 10, False, False, True),
-    ("missing-sample-counts-reservation", [6, 5], [np.nan, 3], 10, True, False, False),
-]
-
-
-@pytest.mark.parametrize(
-    ("res", "use", "cap", "breached", "over", "high"), [c[1:] for c in SCREEN], ids=[c[0] for c in SCREEN]
-)
-def test_screen_and_node_pressure(res, use, cap, breached, over, high):
-    r, u = _rows(res, use)
-    capacity = np.full((1, NDIM), INF)
-    capacity[0, RAM] = cap
-    rows = np.arange(len(res))
-    flagged = memory.screen(rows, np.zeros(len(res), dtype=np.int64), r, u, r.sum(axis=0)[None], capacity)
-    j = list(memory.DIMS_NC).index(RAM)
-    assert flagged[0, j] == breached
-    o, h = memory.node_pressure(u, capacity[0], 0.95)
-    assert (o[j], h[j]) == (over, high)
 
 
 # (id, is_batch, usage, limit, capacity, killed rows in order)

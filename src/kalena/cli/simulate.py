@@ -9,6 +9,7 @@ figures are invalid, seed 000 §6.3 metric 9); 2 bad input (one line per IR prob
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from enum import StrEnum
@@ -21,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kalena.core.cluster import Cluster
+from kalena.core.config import ESTIMATORS, PolicyConfig
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 from kalena.sim import SimConfig, Simulation, build_report, compare_reports
@@ -29,10 +31,9 @@ EXIT_INVARIANT = 1
 EXIT_BAD_INPUT = 2
 
 
-class Estimator(StrEnum):
-    decay = "decay"
-    peak = "peak"
-    histogram = "histogram"
+#: The core's estimator names as a Typer choice (one list: ``kalena.core.config.ESTIMATORS``).
+Estimator = StrEnum("Estimator", {name: name for name in ESTIMATORS})  # type: ignore[misc]
+DEFAULT_ESTIMATOR = Estimator(PolicyConfig().estimator)
 
 
 def _fail(lines: list[str]) -> typer.Exit:
@@ -133,7 +134,7 @@ def _table(arms: list[tuple[str, dict[str, Any]]]) -> Table:
 def simulate(
     hours: Annotated[float, typer.Option(help="Simulated hours.", min=0.01)] = 24.0,
     seed: Annotated[int, typer.Option(help="Seed of every random draw (same seed, same report).", min=0)] = 0,
-    estimator: Annotated[Estimator, typer.Option(help="Reservation estimator.")] = Estimator.decay,
+    estimator: Annotated[Estimator, typer.Option(help="Reservation estimator.")] = DEFAULT_ESTIMATOR,
     infra: Annotated[
         Path | None, typer.Option(help="Infrastructure document (default: bundled Irina).")
     ] = None,
@@ -155,18 +156,14 @@ def simulate(
     if compare and no_reclaim:
         raise _fail(["--compare already runs the --no-reclaim arm; give one of them"])
     cluster = _cluster(infra, workloads, blueprint)
-    base = SimConfig(hours=hours, seed=seed, estimator=estimator.value, reclaim=not no_reclaim)
+    policy = PolicyConfig(estimator=estimator.value)
+    base = SimConfig(hours=hours, seed=seed, reclaim=not no_reclaim, policy=policy)
     show = not as_json
     sim = _run(cluster, base, "reclaim off" if no_reclaim else "reclaim on", show)
     report = build_report(sim)
     arms = [("reclaim off" if no_reclaim else "reclaim on", report)]
     if compare:
-        other = _run(
-            cluster,
-            SimConfig(hours=hours, seed=seed, estimator=estimator.value, reclaim=False),
-            "reclaim off",
-            show,
-        )
+        other = _run(cluster, dataclasses.replace(base, reclaim=False), "reclaim off", show)
         other_report = build_report(other)
         arms.append(("reclaim off", other_report))
         report = compare_reports(arms[0][1], other_report)

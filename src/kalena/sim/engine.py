@@ -8,20 +8,18 @@ One tick (``dt`` = 10 s by default) at time ``t``, in order:
 3. completions: batch pods whose work is done leave (``RemoveBatch``);
 4. estimation: the estimator's in-place update on every row, committed as one ``ReservationUpdate``
    (skipped with reclamation off: every reservation stays at its request);
-5. mitigation, memory: nodes the screen flags get the core's ``plan_evictions``; its victims are
-   committed as ``Eviction``s (batch requeued with its cooldown); the kernel OOM-kills what still
-   does not fit (:mod:`kalena.sim.memory`);
-6. escalation: nodes whose pressure persisted through mitigation go to ``decide_escalation``;
-7. placement every ``schedule_interval_s``: the core's ``schedule`` over the pods that could fit
-   (:mod:`kalena.sim.placement`), its ``PlaceBatch`` commitments applied;
-8. mitigation, cpu: batch quotas for the next tick (the core's throttle, fast path audited) and,
-   once per window per node, anti-starvation;
-9. the restoration invariant (``restoration_violations``) and the metrics.
+5. the core's node round over every node at once (``kalena.core.controller.node_round``): its
+   evictions and escalation drains committed as ``Eviction``s (batch requeued with its cooldown),
+   slack-ineligibility deadlines, the batch quotas and service caps for the next tick; then the
+   kernel OOM-kills what still does not fit (:mod:`kalena.sim.memory`);
+6. placement every ``schedule_interval_s``: the core's ``schedule`` over the pods that could fit
+   (:mod:`kalena.sim.placement`), its ``PlaceBatch`` commitments applied; a placed pod starts at
+   the core's start quota;
+7. the restoration invariant (``restoration_violations``) and the metrics.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,19 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kalena.core.cluster import Cluster
-from kalena.core.enforcement import (
-    EscalationConfig,
-    MitigationRound,
-    decide_escalation,
-    failed_run,
-    plan_anti_starvation,
-    plan_evictions,
-)
+from kalena.core.config import make_estimator
+from kalena.core.controller import NodeSignals, RoundState, estimator_limits, node_round, view_from_ledger
+from kalena.core.enforcement import start_quota
 from kalena.core.estimators import (
-    DecayEstimator,
-    DecayingHistogram,
     MarginClass,
-    PeakWithMargin,
     append_rows,
     assign_rows,
 )
@@ -54,49 +44,34 @@ from kalena.core.ledger import (
     ReservationUpdate,
     restoration_violations,
 )
+from kalena.core.lifecycle import Lifecycle, TaskState, TransitionReason, eviction_reason
 from kalena.core.resources import CPU, NDIM, RAM
 from kalena.sim import cpu, memory
 from kalena.sim.batch import BatchTasks, generate
 from kalena.sim.config import SimConfig
 from kalena.sim.metrics import Metrics
-from kalena.sim.nodeview import NodeRows, snapshot
 from kalena.sim.placement import BatchQueue, PlacementShell
 from kalena.sim.production import ProductionUsage
 from kalena.sim.rows import BATCH, PRODUCTION, RowTable, cpu_weight
 
-FUTURE, PENDING, RUNNING, DONE = 0, 1, 2, 3
 LONG_AGO = -1e12  # production started before the run (finite: the estimator needs a time)
 GROW_CHUNK = 1024  # rows added to the simulator's columns at a time
-HISTORY_KEEP = 16  # mitigation rounds kept per node (escalation needs the trailing run only)
 
 
-def starvation_rows(rows: np.ndarray, table: RowTable, rs) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """The residents ``plan_anti_starvation`` can act on: batch, and service running above its
-    reservation (``u > r``). No other resident enters its sums or its caps, so the decision over
-    these rows equals the decision over the whole node (checked in the tests); the snapshot is smaller.
-    """
-    u = table.usage[rows, CPU]
-    greedy = ~rs.is_batch[rows] & ~np.isnan(u) & (u > rs.reservation[rows, CPU])
-    return rows[rs.is_batch[rows] | greedy]
+class SimulationBug(RuntimeError):
+    """The core rejected a commitment the simulator built from its own fresh state: a bug, always."""
 
 
-def could_escalate(history: list[MitigationRound], config: EscalationConfig) -> bool:
-    """``decide_escalation``'s own condition on its history: the trailing failed run is ``rounds``
-    long or spans ``persist_s`` (checked against the core in the tests)."""
-    run = failed_run(history)
-    return bool(run) and (len(run) >= config.rounds or run[-1].time - run[0].time >= config.persist_s)
-
-
-def make_estimator(name: str):  # type: ignore[no-untyped-def]
-    """The core estimator by name, with the core's default parameters."""
-    return {"decay": DecayEstimator, "peak": PeakWithMargin, "histogram": DecayingHistogram}[name]()
+def _accepted(result) -> None:  # type: ignore[no-untyped-def]
+    if not result.accepted:
+        raise SimulationBug("; ".join(r.detail or r.code.value for r in result.reasons))
 
 
 @dataclass
-class TaskState:
-    """Mutable per-pod state of the batch population (arrays of length T)."""
+class TaskColumns:
+    """Per-pod bookkeeping of the batch population (arrays of length T); the pods' states and their
+    histories are the core's lifecycle record (``Simulation.life``; handle = task index)."""
 
-    state: np.ndarray
     row: np.ndarray
     node: np.ndarray
     first_start: np.ndarray
@@ -106,9 +81,8 @@ class TaskState:
     throttled_s: np.ndarray
 
     @classmethod
-    def of(cls, n: int) -> TaskState:
+    def of(cls, n: int) -> TaskColumns:
         return cls(
-            state=np.zeros(n, dtype=np.int8),
             row=np.full(n, -1, dtype=np.int64),
             node=np.full(n, -1, dtype=np.int64),
             first_start=np.full(n, np.nan),
@@ -150,16 +124,16 @@ class Simulation:
             warmup=48 * 3600.0 if cfg.batch_warm_start else 0.0,
             load_factor=cfg.batch_load_factor,
         )
-        self.ts = TaskState.of(len(self.tasks))
+        self.ts = TaskColumns.of(len(self.tasks))
+        self.life = Lifecycle(capacity=max(64, len(self.tasks)))
         self.next_task = 0
         self.queue = BatchQueue()
-        self.window = cfg.every(cfg.starvation_interval_s)
+        self.policy = cfg.policy
+        self.window = cfg.every(self.policy.round.starvation_window_s)
         self.table = RowTable(p + GROW_CHUNK, self.window)
-        self.node_rows = NodeRows(led)
-        self.shell = PlacementShell(led, cfg.placement, cfg.pairing)
+        self.shell = PlacementShell(led, cfg.policy.placement, cfg.policy.pairing)
         self.metrics = Metrics(self.cap, led.request_sum, cfg.ticks, cfg.every(cfg.sample_every_s))
-        self.prev_allowance = np.full(led.n_nodes, np.nan)
-        self.history: dict[int, list[MitigationRound]] = {}
+        self.round_state = RoundState.initial(led.n_nodes)
         self.psi = np.zeros(led.n_nodes)
         self.now = 0.0
         self.tick_no = 0
@@ -176,7 +150,7 @@ class Simulation:
         if cfg.production_ram_limit_ratio is not None:
             req = rs.request[:p, RAM]
             t.limit[:p, RAM] = np.where(req > 0, req * cfg.production_ram_limit_ratio, np.inf)
-        self.estimator = make_estimator(cfg.estimator)
+        self.estimator = make_estimator(cfg.policy)
         cap = t.capacity
         req = np.zeros((cap, NDIM))
         req[:p] = rs.request[:p]
@@ -194,9 +168,9 @@ class Simulation:
         self.est_state = self.estimator.init(req, lim, start, grace=grace, pinned=pinned, classes=classes)
 
     def _estimator_limits(self, rows: np.ndarray) -> np.ndarray:
-        """L for the estimator: the row's limit, or its node's capacity where it has none."""
-        node = self.ledger.row_arrays().node[rows]
-        return np.minimum(self.table.limit[rows], self.cap[node])
+        """L for the estimator: the core's rule, ``max(min(limit, C), R)``."""
+        rs = self.ledger.row_arrays()
+        return estimator_limits(self.table.limit[rows], self.cap[rs.node[rows]], rs.request[rows])
 
     def _grow(self) -> None:
         """Cover every row the ledger has used (``high``), in chunks, so whole-array work stays small."""
@@ -232,8 +206,14 @@ class Simulation:
 
     def _rows_changed(self) -> None:
         """Rows were added or freed: drop what was derived from the row set."""
-        self.node_rows.invalidate()
         self._brows = None
+
+    def task_states(self) -> np.ndarray:
+        """Every batch pod's lifecycle state code (``TaskState.code``); -1 before its submission."""
+        out = np.full(len(self.tasks), -1, dtype=np.int64)
+        n = len(self.life)
+        out[:n] = self.life.state(np.arange(n))
+        return out
 
     def _batch_rows(self) -> np.ndarray:
         """The live batch rows, ascending (production holds rows 0..P-1, batch the rest)."""
@@ -280,11 +260,9 @@ class Simulation:
         self._completions(now)
         if cfg.reclaim:
             self._estimate(now, dt)
-        rounds = self._memory(now)
-        self._escalation(now, rounds)
+        self._round(now)
         if k % cfg.every(cfg.schedule_interval_s) == 0:
             self._place(now)
-        self._throttle(k, now)
         if k % cfg.every(60.0) == 0:
             self.shell.sample_reservations()
         if k % cfg.every(300.0) == 0:
@@ -294,13 +272,14 @@ class Simulation:
 
     # 1-3 ------------------------------------------------------------------------------------------
     def _arrivals(self, now: float) -> None:
-        tasks, ts = self.tasks, self.ts
-        i = self.next_task
-        while i < len(tasks) and tasks.submit[i] <= now:
-            ts.state[i] = PENDING
-            self.queue.add(tasks.specs[i].equivalence_key, i)
-            i += 1
-        self.next_task = i
+        tasks = self.tasks
+        i = j = self.next_task
+        while j < len(tasks) and tasks.submit[j] <= now:
+            self.queue.add(tasks.specs[j].equivalence_key, j)
+            j += 1
+        if j > i:
+            self.life.add([tasks.specs[k].id for k in range(i, j)], now, TransitionReason.SUBMITTED)
+        self.next_task = j
 
     def _usage_and_cpu(self, k: int, now: float, dt: float) -> tuple[float, float]:
         """Usage of every row, cpu contention, throttled time and batch progress (whole-array, by row)."""
@@ -334,60 +313,109 @@ class Simulation:
         t, ts, tasks = self.table, self.ts, self.tasks
         h = self.ledger.row_arrays().high
         done = np.flatnonzero((t.kind[:h] == BATCH) & (t.work[:h] >= t.work_total[:h] * (1.0 - 1e-12)))
+        t_done = t.task[done]
         for row in done.tolist():
             i = int(t.task[row])
             n = int(ts.node[i])
             res = self.ledger.apply(
                 RemoveBatch(tasks.specs[i].id, n, self.ledger.node_epoch(n), RemovalCause.FINISHED)
             )
-            assert res.accepted, res.reasons
+            _accepted(res)
             ts.throttled_s[i] += t.throttled_total[row]
             t.free(row)
-            ts.state[i], ts.row[i], ts.finish[i] = DONE, -1, now
+            ts.row[i], ts.finish[i] = -1, now
         if len(done):
+            self.life.move(t_done, TaskState.SUCCEEDED, now, TransitionReason.FINISHED)
             self._rows_changed()
 
     def _estimate(self, now: float, dt: float) -> None:
         r = self.estimator.update_in_place(self.est_state, self.table.usage, now, dt)
         led = self.ledger
         rows = led.row_arrays().live_rows()
-        res = led.apply(ReservationUpdate(rows, np.take(r, rows, axis=0), led.global_epoch))
-        assert res.accepted, res.reasons
+        _accepted(led.apply(ReservationUpdate(rows, np.take(r, rows, axis=0), led.global_epoch)))
 
     # 5-6 ------------------------------------------------------------------------------------------
-    def _memory(self, now: float) -> dict[int, tuple[bool, tuple[str, ...]]]:
-        """Memory mitigation; returns the nodes that had a mitigation round and whether pressure persisted."""
+    def _round(self, now: float) -> None:
+        """The core's node round over every node; its decision carried out; then the kernel's OOM."""
+        led, t = self.ledger, self.table
+        h = led.row_arrays().high
+        window = t.throttled[:h].sum(axis=1)
+        view = view_from_ledger(
+            led,
+            usage=t.usage,
+            limit=t.limit,
+            started_at=t.started,
+            signals=self.signals(),
+            throttled_s=window,
+        )
+        d = node_round(view, self.round_state, self.policy, now)
+        self.round_state = d.state
+        m = self.metrics
+        m.counts["rounds"] += 1
+        for act in d.actions:
+            if act.plan is not None:
+                m.counts["eviction_plans"] += 1
+            if act.escalation is not None:
+                m.counts["escalations"] += 1
+            for i, v in enumerate(act.victims):
+                self._evict(v, act.node, act.first_epoch + i, now)
+            if act.escalation is not None and act.escalation.slack_ineligible_until is not None:
+                self.shell.ineligible_until[act.node] = act.escalation.slack_ineligible_until
+        if d.actions:
+            self._rows_changed()
+        # the next tick's cpu knobs: batch quotas, service caps (the floors are inside the quotas)
+        rows = view.slot
+        t.quota[rows[d.throttle.rows]] = d.throttle.quota
+        t.cap[rows] = d.starvation.cap
+        m.counts["starvation_caps"] += int(np.isfinite(d.starvation.cap).sum())
+        self._lifecycle(view.is_batch & ~d.gone, rows, d.below_request, now)
+        self._oom(now)
+
+    def _lifecycle(self, batch: np.ndarray, rows: np.ndarray, below: np.ndarray, now: float) -> None:
+        """Started once past the startup; throttled while the round's quota is below the request."""
+        life, t = self.life, self.table
+        starting = life.in_state(TaskState.STARTING)
+        if len(starting):
+            up = starting[t.startup_until[self.ts.row[starting]] <= now]
+            if len(up):
+                life.move(up, TaskState.RUNNING, now, TransitionReason.STARTED)
+        tasks = t.task[rows[batch]]
+        below = below[batch]
+        state = life.state(tasks)
+        throttle = tasks[(state == TaskState.RUNNING.code) & below]
+        release = tasks[(state == TaskState.THROTTLED.code) & ~below]
+        if len(throttle):
+            life.move(throttle, TaskState.THROTTLED, now, TransitionReason.THROTTLED)
+        if len(release):
+            life.move(release, TaskState.RUNNING, now, TransitionReason.UNTHROTTLED)
+
+    def signals(self) -> NodeSignals:
+        """What the simulated kernel signals: cpu PSI ``some`` (the contention model); memory has no
+        notifications of its own here, the round's rule on the node's use stands in for them."""
+        s = NodeSignals.quiet(self.ledger.n_nodes)
+        s.psi_some[:, CPU] = self.psi
+        return s
+
+    def _oom(self, now: float) -> None:
+        """The kernel: a row over its own memory limit, or a node whose memory use still exceeds capacity."""
         led, t = self.ledger, self.table
         rs = led.row_arrays()
         live = rs.live_rows()
-        flagged = memory.screen(live, rs.node, rs.reservation, t.usage, led.reservation_sum, led.capacity_tol)
-        nodes = set(np.flatnonzero(flagged.any(axis=1)).tolist())
-        if self.cfg.production_ram_limit_ratio is not None:  # own-limit breaches anywhere
-            p = self.n_prod
-            over_limit = np.flatnonzero(np.nan_to_num(t.usage[:p, RAM]) > t.limit[:p, RAM])
-            nodes.update(rs.node[over_limit].tolist())
-        rounds: dict[int, tuple[bool, tuple[str, ...]]] = {}
+        on = rs.node[live]
+        u = np.nan_to_num(t.usage[live][:, memory.DIMS_NC])
+        over_limit = np.any(u > t.limit[live][:, memory.DIMS_NC], axis=1)
+        use = np.stack(
+            [np.bincount(on, weights=u[:, j], minlength=led.n_nodes) for j in range(u.shape[1])], 1
+        )
+        nodes = set(np.flatnonzero(np.any(use > self.cap[:, memory.DIMS_NC], axis=1)).tolist())
+        nodes.update(on[over_limit].tolist())
+        if not nodes:
+            return
         for n in sorted(nodes):
-            rows = self.node_rows.of(n)
-            persisted = False
-            if flagged[n].any():
-                over, high = memory.node_pressure(t.usage[rows], self.cap[n], self.cfg.memory_high)
-                snap = snapshot(led, t, n, rows, memory.conditions(over, high))
-                plan = plan_evictions(snap, self.cfg.eviction, now)
-                for i, v in enumerate(plan.victims):
-                    self._evict(v, n, plan.epoch + i, now)
-                persisted = bool(plan.unresolved)
-                rows = rows[t.kind[rows] != 0]
-            kills = memory.oom_victims(
-                rows[led.row_arrays().alive[rows]], rs.is_batch, t.usage, t.limit, self.cap[n]
-            )
-            for row in kills:
+            rows = live[on == n]
+            for row in memory.oom_victims(rows, rs.is_batch, t.usage, t.limit, self.cap[n]):
                 self._kernel_kill(row, n, now)
-            if flagged[n].any():
-                rounds[n] = (persisted or bool(kills), ("ram",))
-        if nodes:
-            self._rows_changed()
-        return rounds
+        self._rows_changed()
 
     def _evict(self, victim, n: int, epoch: int, now: float) -> None:  # type: ignore[no-untyped-def]
         led, m = self.ledger, self.metrics
@@ -405,16 +433,20 @@ class Simulation:
             self._reinit_rows(np.array([row]), now)
             return
         task = int(self.table.task[row])
-        self._requeue(task, row, now)
+        self._requeue(task, row, now, eviction_reason(victim.cause))
         if victim.requeue is not None:
             self.shell.evicted(victim.equivalence_key, n, now, victim.requeue.cooldown_until)
 
-    def _requeue(self, task: int, row: int, now: float) -> None:
-        """Back to the queue; its work is lost: no checkpoint, restarted from scratch (seed 000 §4.4)."""
+    def _requeue(self, task: int, row: int, now: float, reason: TransitionReason) -> None:
+        """Back to the queue; its work is lost: no checkpoint, restarted from scratch (seed 000 §4.4).
+        The eviction cooldown is per node (a placement filter), so the pod is pending at once."""
         ts = self.ts
         ts.throttled_s[task] += self.table.throttled_total[row]
         self.table.free(row)
-        ts.state[task], ts.row[task], ts.node[task] = PENDING, -1, -1
+        handle = np.array([task])
+        self.life.move(handle, TaskState.EVICTED, now, reason)
+        self.life.move(handle, TaskState.PENDING, now, TransitionReason.REQUEUED)
+        ts.row[task], ts.node[task] = -1, -1
         ts.evictions[task] += 1
         self.queue.add(self.tasks.specs[task].equivalence_key, task)
 
@@ -428,38 +460,11 @@ class Simulation:
             return
         task = int(self.table.task[row])
         spec = self.tasks.specs[task]
-        res = led.apply(RemoveBatch(spec.id, n, led.node_epoch(n), RemovalCause.FAILED))
-        assert res.accepted, res.reasons
+        _accepted(led.apply(RemoveBatch(spec.id, n, led.node_epoch(n), RemovalCause.FAILED)))
         m.counts["batch_oom_kills"] += 1
         self.ts.kills[task] += 1
-        self._requeue(task, row, now)
+        self._requeue(task, row, now, TransitionReason.KILLED_OOM)
         self.ts.evictions[task] -= 1  # a kill is not an eviction
-
-    def _escalation(self, now: float, rounds: dict[int, tuple[bool, tuple[str, ...]]]) -> None:
-        thr, esc = self.cfg.throttle.psi_some_threshold, self.cfg.escalation
-        for n in np.flatnonzero(self.psi >= thr).tolist():
-            persisted, dims = rounds.get(n, (False, ()))
-            rounds[n] = (True, (*dims, "cpu"))
-        for n in [n for n in self.history if n not in rounds]:
-            del self.history[n]  # pressure is gone: the run of failed rounds ends
-        for n, (persisted, dims) in sorted(rounds.items()):
-            hist = self.history.setdefault(n, [])
-            hist.append(MitigationRound(now, persisted, dims))
-            del hist[:-HISTORY_KEEP]
-            if not could_escalate(hist, esc):
-                continue  # no snapshot to build for a round where the core cannot escalate
-            rows = self.node_rows.of(n)
-            snap = snapshot(self.ledger, self.table, n, rows)
-            decision = decide_escalation(snap, hist, self.cfg.escalation, now)
-            if not decision.escalate:
-                continue
-            self.metrics.counts["escalations"] += 1
-            for i, v in enumerate(decision.drain):
-                self._evict(v, n, decision.epoch + i, now)
-            if decision.slack_ineligible_until is not None:
-                self.shell.ineligible_until[n] = decision.slack_ineligible_until
-            self._rows_changed()
-            del self.history[n]
 
     # 7-8 ------------------------------------------------------------------------------------------
     def _place(self, now: float) -> None:
@@ -497,10 +502,10 @@ class Simulation:
         t.limit[rows] = np.inf
         t.limit[rows, RAM] = tasks.requests[ids, RAM]  # slack memory denied: its limit is its request
         t.demand[rows] = tasks.demand[ids]
-        t.quota[rows] = np.inf
+        t.quota[rows] = start_quota(tasks.requests[ids, CPU], self.policy.throttle)
         t.floor[rows] = 0.0
         t.cap[rows] = np.inf
-        t.weight[rows] = self.cfg.throttle.batch_weight
+        t.weight[rows] = self.cfg.policy.throttle.batch_weight
         t.describe(rows, [tasks.specs[i] for i in placed])
         t.usage[rows] = np.nan
         t.throttled[rows] = 0.0
@@ -509,103 +514,14 @@ class Simulation:
         t.work_total[rows] = tasks.work[ids]
         t.startup_until[rows] = now + self.cfg.batch.startup_s
         self._reinit_rows(rows, now)
-        ts.state[ids] = RUNNING
+        self.life.move(ids, TaskState.PLACED, now, TransitionReason.ADMITTED)
+        self.life.move(ids, TaskState.STARTING, now, TransitionReason.START_REQUESTED)
         ts.row[ids] = rows
         ts.node[ids] = nodes
         first = np.isnan(ts.first_start[ids])
         ts.first_start[ids[first]] = now
         for i, n in zip(placed, nodes.tolist(), strict=True):
             self.shell.started(tasks.specs[i].image, n)
-
-    def _throttle(self, k: int, now: float) -> None:
-        led, t, cfg = self.ledger, self.table, self.cfg
-        rs = led.row_arrays()
-        n_nodes, p = led.n_nodes, self.n_prod
-        # the service claim: production holds rows 0..P-1 (the blueprint) and no other row is service
-        u, r = t.usage[:p, CPU], rs.reservation[:p, CPU]
-        eff = np.where(np.isnan(u), r, np.fmax(r, u))
-        claim = np.bincount(rs.node[:p], weights=eff, minlength=n_nodes)
-        brow = self._batch_rows()
-        bon = rs.node[brow]
-        ub = t.usage[brow, CPU]
-        known = ~np.isnan(ub)
-        used = np.bincount(bon[known], weights=ub[known], minlength=n_nodes)
-        sampled = np.bincount(bon[known], minlength=n_nodes) > 0
-        pressured = self.psi >= cfg.throttle.psi_some_threshold
-        previous = self.prev_allowance.copy()
-        cap_cpu = self.cap[:, CPU]
-        allow = cpu.allowances(cap_cpu, claim, used, sampled, pressured, previous, cfg.throttle)
-        self.prev_allowance = allow
-        self._starvation(k, now)
-        if not len(brow):
-            return
-        caps = np.minimum(t.limit[brow, CPU], cap_cpu[bon])
-        caps = np.where(t.slack_cpu[brow], caps, np.minimum(caps, rs.request[brow, CPU]))
-        q, binds = cpu.fast_quotas(
-            bon, rs.request[brow, CPU], caps, t.floor[brow], allow, cap_cpu, cfg.throttle
-        )
-        t.quota[brow] = q
-        slow = np.flatnonzero((pressured | binds) & (np.bincount(bon, minlength=n_nodes) > 0))
-        for n in slow.tolist():
-            self._core_quotas(n, now, previous[n])
-        if cfg.audit_nodes and k % cfg.every(cfg.audit_interval_s) == 0:
-            self._audit(now, bon, slow, previous)
-
-    def _core_quotas(self, n: int, now: float, previous: float) -> dict[str, float]:
-        t, led = self.table, self.ledger
-        rows = self.node_rows.of(n)
-        has = rows[t.floor[rows] > 0]
-        floors = dict(zip(t.ids[has].tolist(), t.floor[has].tolist(), strict=True))
-        snap = snapshot(led, t, n, rows, cpu.pressure_conditions(float(self.psi[n])))
-        prev = None if math.isnan(previous) else previous
-        quotas = cpu.core_quotas(snap, self.cfg.throttle, now, prev, floors)
-        for wid, q in quotas.items():
-            t.quota[led.row_of(wid)] = q
-        self.metrics.counts["throttle_core_plans"] += 1
-        return quotas
-
-    def _audit(self, now: float, bon: np.ndarray, slow: np.ndarray, previous: np.ndarray) -> None:
-        fast_nodes = np.setdiff1d(np.unique(bon), slow)
-        if not len(fast_nodes):
-            return
-        start = (self.tick_no // self.cfg.every(self.cfg.audit_interval_s)) * self.cfg.audit_nodes
-        pick = fast_nodes[(start + np.arange(self.cfg.audit_nodes)) % len(fast_nodes)]
-        t = self.table
-        for n in np.unique(pick).tolist():
-            rows = self.node_rows.of(n)
-            b = rows[t.kind[rows] == BATCH]
-            fast = dict(zip(t.ids[b].tolist(), t.quota[b].tolist(), strict=True))
-            core = self._core_quotas(n, now, float(previous[n]))
-            self.metrics.counts["throttle_audits"] += 1
-            self.metrics.counts["throttle_audit_mismatches"] += cpu.audit(fast, core)
-
-    def _starvation(self, k: int, now: float) -> None:
-        """Anti-starvation for the nodes whose turn it is (each node once per window, staggered)."""
-        every = self.cfg.every(self.cfg.starvation_interval_s)
-        led, t, cfg = self.ledger, self.table, self.cfg
-        rs = led.row_arrays()
-        live = rs.live_rows()
-        turn = (rs.node[live] + k) % every == 0
-        rows = live[turn]
-        if not len(rows):
-            return
-        t.floor[rows] = 0.0  # last round's floors and caps end with the node's new round
-        t.cap[rows] = np.inf
-        window_s = self.window * cfg.tick_s
-        b = rows[t.kind[rows] == BATCH]
-        starved = b[t.throttled[b].sum(axis=1) > cfg.starvation.theta * window_s]
-        for n in np.unique(rs.node[starved]).tolist():
-            on = self.node_rows.of(n)
-            brows = on[t.kind[on] == BATCH]
-            throttled = dict(zip(t.ids[brows].tolist(), t.throttled[brows].sum(axis=1).tolist(), strict=True))
-            snap = snapshot(led, t, n, starvation_rows(on, t, rs))
-            decision = plan_anti_starvation(snap, throttled, window_s, cfg.starvation, now)
-            for s in decision.starved:
-                t.floor[led.row_of(s.workload)] = s.allocation
-            for c in decision.caps:
-                t.cap[led.row_of(c.workload)] = c.quota
-            self.metrics.counts["starvation_rounds"] += 1
-            self.metrics.counts["starvation_caps"] += len(decision.caps)
 
     # 9 --------------------------------------------------------------------------------------------
     def _check(self, now: float) -> None:

@@ -111,7 +111,7 @@ def accuracy_plot(sim: Simulation, out: Path) -> Path | None:
         ax.legend(loc="lower right", fontsize=8)
     axes[0].set_ylabel("CDF over production pods and samples")
     fig.suptitle(
-        f"Reservation accuracy ({sim.cfg.estimator} estimator), "
+        f"Reservation accuracy ({sim.cfg.policy.estimator} estimator), "
         f"every {sim.cfg.accuracy_every_s:g} s past startup grace"
     )
     fig.tight_layout()

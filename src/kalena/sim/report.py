@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from kalena.core.enforcement import EvictionCause
+from kalena.core.lifecycle import TaskState
 from kalena.core.placement import SchedulingContext, why_pending
 from kalena.core.placement.state import PassState
 from kalena.core.resources import CPU, RAM
-from kalena.sim.engine import DONE, PENDING, RUNNING, Simulation
+from kalena.sim.engine import Simulation
 
 WHY_PENDING_EXAMPLES = 3
 
@@ -74,20 +75,21 @@ def build_report(sim: Simulation) -> dict[str, Any]:
     m, ts, tasks, led, cfg = sim.metrics, sim.ts, sim.tasks, sim.ledger, sim.cfg
     s = m.sums
     total_work = s["production_cpu"] + s["batch_cpu"]
-    done = ts.state == DONE
+    state = sim.task_states()
+    done = state == TaskState.SUCCEEDED.code
     fresh = done & ~tasks.warm
     inflation = (ts.finish[fresh] - tasks.submit[fresh]) / tasks.nominal[fresh]
     cap = sim.cap
     finite = np.isfinite(cap)
     evictions = {c.value: int(m.evictions.get(c.value, 0)) for c in EvictionCause}
     throttled = ts.throttled_s.copy()
-    running = np.flatnonzero(ts.state == RUNNING)
+    running = np.flatnonzero(ts.row >= 0)  # on a node: placed, starting, running or throttled
     throttled[running] += sim.table.throttled_total[ts.row[running]]
     counts = m.counts
     return {
         "seed": cfg.seed,
         "reclaim": cfg.reclaim,
-        "estimator": cfg.estimator,
+        "estimator": cfg.policy.estimator,
         "simulated_seconds": _r(cfg.ticks * cfg.tick_s),
         "tick_seconds": cfg.tick_s,
         "wall_seconds": _r(sim.wall_seconds, 3),
@@ -109,15 +111,17 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "batch_cpu_core_hours": _r(s["batch_cpu"] / 3600.0),
         "production_cpu_core_hours": _r(s["production_cpu"] / 3600.0),
         "batch_share_of_work": _r(s["batch_cpu"] / total_work if total_work else 0.0),
-        "batch_tasks_submitted": int(np.count_nonzero(ts.state != 0)),
+        "batch_tasks_submitted": int(np.count_nonzero(state >= 0)),
         "batch_tasks_warm_start": int(tasks.warm.sum()),
         "batch_tasks_completed": int(done.sum()),
-        "batch_tasks_running_at_end": int(np.count_nonzero(ts.state == RUNNING)),
-        "batch_tasks_pending_at_end": int(np.count_nonzero(ts.state == PENDING)),
+        "batch_tasks_running_at_end": len(running),
+        "batch_tasks_pending_at_end": int(np.count_nonzero(state == TaskState.PENDING.code)),
+        "batch_task_states_at_end": {st.value: int(np.count_nonzero(state == st.code)) for st in TaskState},
+        "batch_task_transitions": len(sim.life.history_columns().task),
         "completion_time_inflation": _quantiles(inflation),
         "batch_throttled_seconds": {
             "total": _r(throttled.sum()),
-            "per_task": _quantiles(throttled[ts.state != 0], (0.5, 0.9, 0.99)),
+            "per_task": _quantiles(throttled[state >= 0], (0.5, 0.9, 0.99)),
         },
         "evictions": evictions,
         "evictions_total": sum(evictions.values()),
@@ -132,13 +136,9 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "pareto_reserve_yield": _r(s["reserve_used"] / s["reserve"] if s["reserve"] else 0.0),
         "restoration_violations": int(counts["restoration_violations"]),
         "restoration_violation_examples": list(m.violations),
-        "throttle_audit": {
-            "nodes_checked": int(counts["throttle_audits"]),
-            "mismatches": int(counts["throttle_audit_mismatches"]),
-        },
         "mitigation": {
-            "throttle_core_plans": int(counts["throttle_core_plans"]),
-            "starvation_rounds": int(counts["starvation_rounds"]),
+            "node_rounds": int(counts["rounds"]),
+            "eviction_plans": int(counts["eviction_plans"]),
             "starvation_service_caps": int(counts["starvation_caps"]),
             "stale_evictions": int(counts["stale_evictions"]),
         },

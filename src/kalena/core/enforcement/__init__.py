@@ -42,7 +42,6 @@ from kalena.core.enforcement.records import (
     WhyEvicted,
 )
 from kalena.core.enforcement.snapshot import (
-    LEDGER_RTOL,
     NodeConditions,
     NodeSnapshot,
     ledger_holds,
@@ -58,12 +57,12 @@ from kalena.core.enforcement.throttle import (
     batch_cpu_allowance,
     batch_cpu_caps,
     plan_throttle,
+    start_quota,
     water_fill,
     weight_to_shares,
 )
 
 __all__ = [
-    "LEDGER_RTOL",
     "AdvisoryReport",
     "CandidateGroup",
     "DimensionPressure",
@@ -110,6 +109,7 @@ __all__ = [
     "reservation_rise",
     "snapshot_from_ledger",
     "snapshot_from_workloads",
+    "start_quota",
     "water_fill",
     "weight_to_shares",
 ]

@@ -26,8 +26,9 @@ from types import MappingProxyType
 import numpy as np
 
 from kalena.core.enforcement.config import StarvationConfig
+from kalena.core.enforcement.nodes import NodesView
 from kalena.core.enforcement.snapshot import NodeSnapshot
-from kalena.core.enforcement.throttle import ThrottleCause, ThrottleDecision, batch_cpu_caps
+from kalena.core.enforcement.throttle import ThrottleCause, ThrottleDecision, cpu_caps
 from kalena.core.resources import CPU
 from kalena.core.verdict import Reason, ReasonCode
 
@@ -63,6 +64,76 @@ class StarvationDecision:
         return MappingProxyType({s.workload: s.allocation for s in self.starved})
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class NodesStarvation:
+    """Anti-starvation for every node of a view, as arrays (the form the round uses).
+
+    Per row (W,): ``fraction`` throttled of the window (batch), ``starved``, ``floor`` (the quota
+    floor ``a_b``, 0 where not starved), ``need``, and ``cap`` (a service's cap, ``inf`` = none).
+    Per node (N,): ``needed`` and ``released`` cores.
+    """
+
+    window_s: float
+    fraction: np.ndarray
+    starved: np.ndarray
+    floor: np.ndarray
+    need: np.ndarray
+    cap: np.ndarray
+    needed: np.ndarray
+    released: np.ndarray
+
+
+def starvation_nodes(
+    view: NodesView,
+    window_s: float,
+    config: StarvationConfig,
+    *,
+    alive: np.ndarray | None = None,
+    reservation: np.ndarray | None = None,
+) -> NodesStarvation:
+    """The module formula for every node at once, from ``view.throttled_s``.
+
+    ``alive`` (W,) leaves out rows gone this round; ``reservation`` (W, 8) overrides the view's
+    (a service evicted this round restarts at its request).
+    """
+    if (
+        isinstance(window_s, bool)
+        or not (isinstance(window_s, int | float) and math.isfinite(window_s))
+        or (window_s <= 0)
+    ):
+        raise ValueError(f"window_s must be a positive finite number of seconds, got {window_s!r}")
+    n, w = view.n_nodes, len(view)
+    ledger = view.in_ledger if alive is None else (view.in_ledger & alive)
+    is_batch = np.asarray(view.is_batch, dtype=bool)
+    batch = ledger & is_batch
+    u = view.seen_usage[:, CPU]
+    r = (view.reservation if reservation is None else reservation)[:, CPU]
+    fraction = np.where(batch, np.minimum(1.0, view.throttled_s / window_s), 0.0)
+    starved = batch & (fraction > config.theta)
+    caps_b = cpu_caps(view.limit[:, CPU], view.capacity[view.node, CPU], view.request[:, CPU], view.slack_cpu)
+    floor = np.where(starved, np.minimum(config.min_allocation_cores, caps_b), 0.0)
+    need = np.where(starved, np.maximum(0.0, floor - np.nan_to_num(u, nan=0.0)), 0.0)
+    needed = np.bincount(view.node[starved], weights=need[starved], minlength=n)
+
+    cap = np.full(w, np.inf)
+    released = np.zeros(n)
+    with np.errstate(invalid="ignore"):
+        greedy = ledger & ~is_batch & ~np.isnan(u) & (u > r) & (needed > 0)[view.node]
+    if greedy.any():
+        g = np.flatnonzero(greedy)
+        on = view.node[g]
+        excess = u[g] - r[g]
+        total = np.bincount(on, weights=excess, minlength=n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(total > 0, np.minimum(1.0, needed / total), 0.0)
+        take = excess * share[on]
+        quota = np.maximum(r[g], u[g] - take)
+        capped = (take > 0) & (quota < u[g])  # a take lost to rounding releases nothing: no cap
+        cap[g[capped]] = quota[capped]
+        released = np.bincount(on[capped], weights=(u[g] - quota)[capped], minlength=n)
+    return NodesStarvation(float(window_s), fraction, starved, floor, need, cap, needed, released)
+
+
 def plan_anti_starvation(
     snap: NodeSnapshot,
     throttled_s: Mapping[str, float],
@@ -72,56 +143,49 @@ def plan_anti_starvation(
 ) -> StarvationDecision:
     """The caps that release a minimum CPU allocation to each starved batch resident.
 
-    ``throttled_s`` maps batch ids to their throttled seconds within the last ``window_s``;
-    ids that are not batch residents of this node are ignored (they may have just left).
+    The one-node case of :func:`starvation_nodes`. ``throttled_s`` maps batch ids to their
+    throttled seconds within the last ``window_s``; ids that are not batch residents of this
+    node are ignored (they may have just left).
     """
-    if (
-        isinstance(window_s, bool)
-        or not (isinstance(window_s, int | float) and math.isfinite(window_s))
-        or (window_s <= 0)
-    ):
-        raise ValueError(f"window_s must be a positive finite number of seconds, got {window_s!r}")
     for wid, t in throttled_s.items():
         if not (isinstance(t, int | float) and t >= 0):  # NaN fails too
             raise ValueError(f"throttled_s[{wid!r}] must be a non-negative number of seconds, got {t!r}")
-    batch = np.flatnonzero(snap.in_ledger & snap.is_batch)
-    starved = []
-    for i, cap in zip(batch, batch_cpu_caps(snap, batch), strict=True):
-        wid = snap.ids[i]
-        fraction = min(1.0, float(throttled_s.get(wid, 0.0)) / window_s)
-        if fraction <= config.theta:
-            continue
-        alloc = min(config.min_allocation_cores, float(cap))
-        used = 0.0 if math.isnan(snap.usage[i, CPU]) else float(snap.usage[i, CPU])
-        starved.append(StarvedBatch(wid, fraction, alloc, max(0.0, alloc - used)))
-    needed = float(sum(s.need for s in starved))
+    view = NodesView.of_snapshots([snap], throttled_s=[dict(throttled_s)])
+    s = starvation_nodes(view, window_s, config)
+    return decision_of(s, view, 0, now)
 
-    caps: list[ThrottleDecision] = []
-    released = 0.0
-    if needed > 0:
-        u, r = snap.usage[:, CPU], snap.reservation[:, CPU]
-        greedy = np.flatnonzero(snap.in_ledger & ~snap.is_batch & ~np.isnan(u) & (u > r))
-        total_excess = float((u[greedy] - r[greedy]).sum())
-        share = min(1.0, needed / total_excess) if total_excess > 0 else 0.0
-        for i in sorted(greedy, key=lambda k: snap.ids[k]):
-            take = (float(u[i]) - float(r[i])) * share
-            if take <= 0:
-                continue
-            quota = max(float(r[i]), float(u[i]) - take)  # never below its own reservation
-            if quota >= u[i]:  # a take lost to rounding releases nothing: no cap
-                continue
-            released += float(u[i]) - quota
-            reason = Reason(
-                ReasonCode.ANTI_STARVATION,
-                "cpu",
-                requested=quota,
-                used=float(u[i]),
-                capacity=float(r[i]),
-                detail="service above its reservation capped for starved batch",
-            )
-            caps.append(
-                ThrottleDecision(snap.ids[i], "cpu", quota, None, ThrottleCause.ANTI_STARVATION, reason)
-            )
+
+def decision_of(s: NodesStarvation, view: NodesView, n: int, now: float) -> StarvationDecision:
+    """Node ``n``'s part of ``s`` as a :class:`StarvationDecision` (caps in workload-id order)."""
+    rows = view.rows_of(n)
+    ids = [str(view.ids[i]) for i in rows]
+    starved = tuple(
+        StarvedBatch(wid, float(s.fraction[i]), float(s.floor[i]), float(s.need[i]))
+        for wid, i in zip(ids, rows.tolist(), strict=True)
+        if s.starved[i]
+    )
+    caps = []
+    u, r = view.seen_usage[:, CPU], view.reservation[:, CPU]
+    for wid, i in sorted(zip(ids, rows.tolist(), strict=True)):
+        if not math.isfinite(s.cap[i]):
+            continue
+        quota = float(s.cap[i])
+        reason = Reason(
+            ReasonCode.ANTI_STARVATION,
+            "cpu",
+            requested=quota,
+            used=float(u[i]),
+            capacity=float(r[i]),
+            detail="service above its reservation capped for starved batch",
+        )
+        caps.append(ThrottleDecision(wid, "cpu", quota, None, ThrottleCause.ANTI_STARVATION, reason))
     return StarvationDecision(
-        snap.node, snap.epoch, now, float(window_s), tuple(starved), tuple(caps), needed, released
+        view.names[n],
+        int(view.epoch[n]),
+        now,
+        s.window_s,
+        starved,
+        tuple(caps),
+        float(s.needed[n]),
+        float(s.released[n]),
     )

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kalena.core.enforcement.config import ThrottleConfig
+from kalena.core.enforcement.nodes import NodesView
 from kalena.core.enforcement.snapshot import NodeSnapshot
 from kalena.core.resources import COMPRESSIBLE, CPU, DIMS
 from kalena.core.verdict import Reason, ReasonCode
@@ -97,6 +98,42 @@ def weight_to_shares(weight: int) -> int:
     return 2 + round((weight - 1) * 262142 / 9999)
 
 
+def batch_cpu_allowances(
+    capacity: np.ndarray,
+    service_claim: np.ndarray,
+    batch_used: np.ndarray,
+    pressured: np.ndarray,
+    previous: np.ndarray,
+    config: ThrottleConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(target, allowance)`` per node, in cores, by the module formula.
+
+    All arguments have shape ``(N,)``; ``batch_used`` NaN = no batch usage sampled, ``previous``
+    NaN = the first round. :func:`batch_cpu_allowance` is the one-node case.
+    """
+    capacity = np.asarray(capacity, dtype=np.float64)
+    previous = np.asarray(previous, dtype=np.float64)
+    if np.any(previous < 0):
+        raise ValueError(f"previous_allowance must be non-negative numbers, got {previous.tolist()!r}")
+    with np.errstate(invalid="ignore"):  # inf - h * inf is NaN: an unconstrained node's target is inf
+        slack = np.minimum(
+            np.maximum(capacity - service_claim - config.headroom_fraction * capacity, 0.0), capacity
+        )
+    target = np.where(np.isinf(capacity), np.inf, slack)
+    base = np.fmin(
+        np.where(np.isnan(previous), np.inf, previous), np.where(np.isnan(batch_used), np.inf, batch_used)
+    )
+    keep = 1.0 - config.pressure_cut
+    ref = np.where(np.isinf(base), target, base)
+    cut = np.minimum(target, keep * ref) if keep > 0 else np.zeros_like(target)  # 0 * inf would be NaN
+    target = np.where(pressured, cut, target)
+    first = np.isnan(previous)
+    with np.errstate(invalid="ignore"):
+        grown = np.minimum(target, previous + config.growth_fraction * capacity)
+    shrink = first | (target <= np.where(first, np.inf, previous))
+    return target, np.where(shrink, target, grown)
+
+
 def batch_cpu_allowance(
     capacity: float,
     service_claim: float,
@@ -105,56 +142,208 @@ def batch_cpu_allowance(
     previous: float | None,
     config: ThrottleConfig,
 ) -> tuple[float, float]:
-    """``(target, allowance)`` in cores by the module formula (``batch_used`` None = unsampled)."""
+    """``(target, allowance)`` in cores for one node: :func:`batch_cpu_allowances` with N = 1."""
     if previous is not None and (math.isnan(previous) or previous < 0):
         raise ValueError(f"previous_allowance must be a non-negative number, got {previous!r}")
-    if math.isinf(capacity):  # an unconstrained node: inf - h * inf would be NaN
-        target = math.inf
-    else:
-        target = min(max(capacity - service_claim - config.headroom_fraction * capacity, 0.0), capacity)
-    if pressured:
-        base = min(math.inf if previous is None else previous, math.inf if batch_used is None else batch_used)
-        ref, keep = (target if math.isinf(base) else base), 1.0 - config.pressure_cut
-        target = min(target, keep * ref if keep > 0 else 0.0)  # keep = 0 would make 0 * inf NaN
-    if previous is None or target <= previous:
-        return target, target
-    return target, min(target, previous + config.growth_fraction * capacity)
+    target, allowance = batch_cpu_allowances(
+        np.array([capacity], dtype=np.float64),
+        np.array([service_claim], dtype=np.float64),
+        np.array([math.nan if batch_used is None else batch_used]),
+        np.array([pressured]),
+        np.array([math.nan if previous is None else previous]),
+        config,
+    )
+    return float(target[0]), float(allowance[0])
+
+
+def start_quota(request_cpu: np.ndarray | float, config: ThrottleConfig) -> np.ndarray:
+    """The quota a batch workload starts with, before its first round: its own request (at least the
+    kernel minimum). It never runs unthrottled, and the first round's water-fill takes over."""
+    return np.maximum(request_cpu, config.min_quota_cores)
+
+
+def water_fill_groups(
+    total: np.ndarray, group: np.ndarray, caps: np.ndarray, basis: np.ndarray
+) -> np.ndarray:
+    """Share each group's ``total[g]`` among its rows in proportion to ``basis`` (> 0), none above its cap.
+
+    For every group ``g`` finds ``lam`` with ``sum min(cap_i, lam * basis_i) = min(total_g, sum caps)``
+    by saturating the capped shares one round at a time (at most the largest group's size rounds,
+    each a few whole-array operations). An infinite total gives every row its cap.
+    """
+    total = np.asarray(total, dtype=np.float64)
+    caps = np.asarray(caps, dtype=np.float64)
+    basis = np.asarray(basis, dtype=np.float64)
+    n = len(total)
+    unbounded = np.isinf(total)
+    q = np.where(unbounded[group], caps, 0.0)
+    free = ~unbounded[group]
+    rem = np.where(unbounded, 0.0, np.maximum(total, 0.0))
+    while True:
+        act = free & (rem[group] > 0)
+        if not act.any():
+            return q
+        sb = np.bincount(group[act], weights=basis[act], minlength=n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            want = np.where(act, rem[group] / sb[group] * basis, 0.0)
+        sat = act & (want >= caps)
+        sat_node = np.bincount(group[sat], minlength=n) > 0
+        done = act & ~sat_node[group]  # no cap binds in this group: the shares stand
+        q[done] = want[done]
+        q[sat] = caps[sat]
+        rem = rem - np.bincount(group[sat], weights=caps[sat], minlength=n)
+        free &= ~(done | sat)
 
 
 def water_fill(total: float, caps: np.ndarray, basis: np.ndarray) -> np.ndarray:
-    """Share ``total`` in proportion to ``basis`` (> 0), no share above its cap.
-
-    Finds ``lam`` with ``sum min(cap_i, lam * basis_i) = min(total, sum caps)`` by saturating
-    the capped shares one round at a time (at most ``n`` rounds).
-    """
+    """Share ``total`` in proportion to ``basis`` (> 0), no share above its cap: one group of
+    :func:`water_fill_groups`."""
     caps = np.asarray(caps, dtype=np.float64)
-    if math.isinf(total):
-        return caps.copy()
-    q = np.zeros_like(caps)
-    free = np.ones(caps.shape, dtype=bool)
-    rem = max(total, 0.0)
-    while free.any() and rem > 0:
-        want = rem / basis[free].sum() * basis
-        sat = free & (want >= caps)
-        if not sat.any():
-            q[free] = want[free]
-            break
-        q[sat] = caps[sat]
-        rem -= float(caps[sat].sum())
-        free &= ~sat
-    return q
+    return water_fill_groups(
+        np.array([total], dtype=np.float64), np.zeros(len(caps), dtype=np.int64), caps, basis
+    )
 
 
 def batch_cpu_caps(snap: NodeSnapshot, rows: np.ndarray) -> np.ndarray:
     """Each row's cpu ceiling: ``min(L, C)``, or ``min(L, C, R)`` when slack-cpu is denied."""
-    caps = np.minimum(snap.limit[rows, CPU], snap.capacity[CPU])
-    return np.where(snap.slack_cpu[rows], caps, np.minimum(caps, snap.request[rows, CPU]))
+    return cpu_caps(snap.limit[rows, CPU], snap.capacity[CPU], snap.request[rows, CPU], snap.slack_cpu[rows])
+
+
+def cpu_caps(
+    limit: np.ndarray, capacity: np.ndarray | float, request: np.ndarray, slack_cpu: np.ndarray
+) -> np.ndarray:
+    """``min(L, C)``, or ``min(L, C, R)`` where slack-cpu is denied (cores, per row)."""
+    caps = np.minimum(limit, capacity)
+    return np.where(slack_cpu, caps, np.minimum(caps, request))
+
+
+def cpu_pressured_nodes(
+    triggered: np.ndarray, acute: np.ndarray, psi_some: np.ndarray, config: ThrottleConfig
+) -> np.ndarray:
+    """(N,) bool: PSI cpu ``some`` at or above the threshold, or a kernel signal on cpu."""
+    psi = psi_some[:, CPU]
+    return triggered[:, CPU] | acute[:, CPU] | (~np.isnan(psi) & (psi >= config.psi_some_threshold))
 
 
 def cpu_pressured(snap: NodeSnapshot, config: ThrottleConfig) -> bool:
     """PSI cpu ``some`` at or above the threshold, or a kernel signal on cpu."""
-    psi = snap.conditions.psi_some[CPU]
-    return snap.conditions.signalled(CPU) or bool(not math.isnan(psi) and psi >= config.psi_some_threshold)
+    c = snap.conditions
+    return bool(cpu_pressured_nodes(c.triggered[None], c.acute[None], c.psi_some[None], config)[0])
+
+
+#: :class:`ThrottleCause` by code, the order of the ``cause`` column of :class:`NodesThrottle`.
+CAUSES: tuple[ThrottleCause, ...] = tuple(ThrottleCause)
+_C = {c: k for k, c in enumerate(CAUSES)}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodesThrottle:
+    """The throttle of every node of a view, as arrays (the form the round and the simulator use).
+
+    ``rows`` are the view rows of the batch residents throttled (ascending); ``quota`` (cores) and
+    ``cause`` (codes into :data:`CAUSES`) are per such row. Per node: the service ``claim``, the
+    ``target`` and ``allowance`` (feed ``allowance`` back as the next ``previous``), ``pressured``.
+    """
+
+    rows: np.ndarray
+    quota: np.ndarray
+    cause: np.ndarray
+    weight: int
+    claim: np.ndarray
+    target: np.ndarray
+    allowance: np.ndarray
+    previous: np.ndarray
+    pressured: np.ndarray
+
+    def causes(self) -> list[ThrottleCause]:
+        return [CAUSES[c] for c in self.cause.tolist()]
+
+
+def throttle_nodes(
+    view: NodesView,
+    config: ThrottleConfig,
+    previous: np.ndarray,
+    floors: np.ndarray | None = None,
+    *,
+    alive: np.ndarray | None = None,
+    effective: np.ndarray | None = None,
+) -> NodesThrottle:
+    """CPU quotas for every batch resident of every node of ``view`` (module formula).
+
+    ``previous`` (N,) is each node's last allowance (NaN: first round); ``floors`` (W,) the
+    anti-starvation quota floors (0: none); ``alive`` (W,) leaves out rows already gone this round
+    and ``effective`` (W, 8) overrides ``r'`` (both from the round's evictions).
+    """
+    n = view.n_nodes
+    cap_cpu = view.capacity[:, CPU]
+    eff = view.effective_reservation if effective is None else effective
+    ledger = view.in_ledger if alive is None else (view.in_ledger & alive)
+    is_batch = np.asarray(view.is_batch, dtype=bool)
+    service = np.flatnonzero(ledger & ~is_batch)
+    batch = np.flatnonzero(ledger & is_batch)
+    node_s, node_b = view.node[service], view.node[batch]
+    claim = np.bincount(node_s, weights=eff[service, CPU], minlength=n)
+    bu = view.seen_usage[batch, CPU]
+    known = ~np.isnan(bu)
+    used = np.bincount(node_b[known], weights=bu[known], minlength=n)
+    used = np.where(np.bincount(node_b[known], minlength=n) > 0, used, np.nan)
+    pressured = cpu_pressured_nodes(view.triggered, view.acute, view.psi_some, config)
+    target, allowance = batch_cpu_allowances(cap_cpu, claim, used, pressured, previous, config)
+
+    req = view.request[batch, CPU]
+    caps = cpu_caps(view.limit[batch, CPU], cap_cpu[node_b], req, view.slack_cpu[batch])
+    share = water_fill_groups(allowance, node_b, caps, np.maximum(req, config.min_quota_cores))
+    floor = np.zeros(len(batch)) if floors is None else np.minimum(floors[batch], caps)
+    lifted = floor > share
+    at_cap = ~lifted & (share >= caps * (1 - 1e-12))
+    denied = ~np.asarray(view.slack_cpu, dtype=bool)[batch]
+    cause = np.select(
+        [
+            lifted,
+            at_cap & denied & (req <= caps),
+            at_cap,
+            pressured[node_b],
+            (allowance < target)[node_b],
+        ],
+        [
+            _C[ThrottleCause.ANTI_STARVATION],
+            _C[ThrottleCause.SLACK_CPU_DENIED],
+            _C[ThrottleCause.LIMIT],
+            _C[ThrottleCause.PRESSURE],
+            _C[ThrottleCause.GROWING],
+        ],
+        default=_C[ThrottleCause.SLACK],
+    ).astype(np.int8)
+    q = np.minimum(cap_cpu[node_b], np.maximum(config.min_quota_cores, np.where(lifted, floor, share)))
+    return NodesThrottle(
+        batch,
+        q,
+        cause,
+        config.batch_weight,
+        claim,
+        target,
+        allowance,
+        np.asarray(previous, np.float64),
+        pressured,
+    )
+
+
+def decisions_of(t: NodesThrottle, view: NodesView, n: int) -> tuple[ThrottleDecision, ...]:
+    """Node ``n``'s quotas as :class:`ThrottleDecision` records (for logs and the one-node API)."""
+    on = np.flatnonzero(view.node[t.rows] == n)
+    cap_cpu, claim = float(view.capacity[n, CPU]), float(t.claim[n])
+    out = []
+    for k in on.tolist():
+        cause = CAUSES[int(t.cause[k])]
+        q = float(t.quota[k])
+        code = (
+            ReasonCode.ANTI_STARVATION
+            if cause is ThrottleCause.ANTI_STARVATION
+            else ReasonCode.COMPRESSIBLE_PRESSURE
+        )
+        reason = Reason(code, "cpu", requested=q, used=claim, capacity=cap_cpu, detail=cause.value)
+        out.append(ThrottleDecision(str(view.ids[t.rows[k]]), "cpu", q, t.weight, cause, reason))
+    return tuple(out)
 
 
 def plan_throttle(
@@ -166,57 +355,27 @@ def plan_throttle(
 ) -> ThrottlePlan:
     """CPU quotas for every batch resident, plus advisory reports for disk and network.
 
-    ``floors`` (from :func:`~kalena.core.enforcement.starvation.plan_anti_starvation`) raises a
-    starved batch workload's quota to its guaranteed minimum, within its own cap.
+    The one-node case of :func:`throttle_nodes`. ``floors`` (from
+    :func:`~kalena.core.enforcement.starvation.plan_anti_starvation`) raises a starved batch
+    workload's quota to its guaranteed minimum, within its own cap.
     """
+    if previous_allowance is not None and (math.isnan(previous_allowance) or previous_allowance < 0):
+        raise ValueError(f"previous_allowance must be a non-negative number, got {previous_allowance!r}")
+    view = NodesView.of_snapshots([snap])
     floors = floors or {}
-    cap_cpu = float(snap.capacity[CPU])
-    eff = snap.effective_reservation
-    service = snap.in_ledger & ~snap.is_batch
-    batch = np.flatnonzero(snap.in_ledger & snap.is_batch)
-    claim = float(eff[service, CPU].sum())
-    bu = snap.usage[batch, CPU]
-    batch_used = float(np.nansum(bu)) if np.any(~np.isnan(bu)) else None
-    pressured = cpu_pressured(snap, config)
-    target, allowance = batch_cpu_allowance(cap_cpu, claim, batch_used, pressured, previous_allowance, config)
-
-    req = snap.request[batch, CPU]
-    denied = ~snap.slack_cpu[batch]
-    caps = batch_cpu_caps(snap, batch)
-    shares = water_fill(allowance, caps, np.maximum(req, config.min_quota_cores))
-    decisions = []
-    for k, i in enumerate(batch):
-        wid = snap.ids[i]
-        q = float(shares[k])
-        floor = min(float(floors.get(wid, 0.0)), float(caps[k]))
-        if floor > q:
-            q, cause = floor, ThrottleCause.ANTI_STARVATION
-        elif q >= caps[k] * (1 - 1e-12):
-            cause = ThrottleCause.SLACK_CPU_DENIED if denied[k] and req[k] <= caps[k] else ThrottleCause.LIMIT
-        elif pressured:
-            cause = ThrottleCause.PRESSURE
-        elif allowance < target:
-            cause = ThrottleCause.GROWING
-        else:
-            cause = ThrottleCause.SLACK
-        q = min(cap_cpu, max(config.min_quota_cores, q))
-        code = (
-            ReasonCode.ANTI_STARVATION
-            if cause is ThrottleCause.ANTI_STARVATION
-            else ReasonCode.COMPRESSIBLE_PRESSURE
-        )
-        reason = Reason(code, "cpu", requested=q, used=claim, capacity=cap_cpu, detail=cause.value)
-        decisions.append(ThrottleDecision(wid, "cpu", q, config.batch_weight, cause, reason))
+    floor_col = np.array([float(floors.get(w, 0.0)) for w in snap.ids])
+    prev = np.array([math.nan if previous_allowance is None else previous_allowance])
+    t = throttle_nodes(view, config, prev, floor_col)
     return ThrottlePlan(
         snap.node,
         snap.epoch,
         now,
-        pressured,
-        claim,
-        target,
-        allowance,
+        bool(t.pressured[0]),
+        float(t.claim[0]),
+        float(t.target[0]),
+        float(t.allowance[0]),
         previous_allowance,
-        tuple(decisions),
+        decisions_of(t, view, 0),
         advisories(snap, config),
     )
 

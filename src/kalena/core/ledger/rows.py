@@ -21,7 +21,21 @@ INITIAL_ROWS = 1024
 class RowStore:
     """Column arrays for workload rows; ``high`` is one past the highest row ever used."""
 
-    __slots__ = ("_free", "alive", "high", "is_batch", "node", "request", "reservation", "specs", "version")
+    __slots__ = (
+        "_free",
+        "alive",
+        "high",
+        "ids",
+        "is_batch",
+        "keys",
+        "node",
+        "priority",
+        "request",
+        "reservation",
+        "slack_cpu",
+        "specs",
+        "version",
+    )
 
     def __init__(self, initial: int = INITIAL_ROWS) -> None:
         if initial < 1:
@@ -33,6 +47,11 @@ class RowStore:
         self.alive = np.zeros(initial, dtype=bool)
         self.version = np.zeros(initial, dtype=np.int64)
         self.specs: list[WorkloadSpec | None] = [None] * initial
+        # the spec fields every node round reads, as columns (no per-row attribute access per round)
+        self.ids = np.full(initial, "", dtype=object)
+        self.keys = np.full(initial, "", dtype=object)
+        self.priority = np.zeros(initial, dtype=np.int64)
+        self.slack_cpu = np.ones(initial, dtype=bool)
         self._free: list[int] = []
         self.high = 0
 
@@ -51,6 +70,10 @@ class RowStore:
         self.alive = np.concatenate([self.alive, np.zeros(old, dtype=bool)])
         self.version = np.concatenate([self.version, np.zeros(old, dtype=np.int64)])
         self.specs.extend([None] * (new - old))
+        self.ids = np.concatenate([self.ids, np.full(old, "", dtype=object)])
+        self.keys = np.concatenate([self.keys, np.full(old, "", dtype=object)])
+        self.priority = np.concatenate([self.priority, np.zeros(old, dtype=np.int64)])
+        self.slack_cpu = np.concatenate([self.slack_cpu, np.ones(old, dtype=bool)])
 
     def add(
         self,
@@ -77,6 +100,10 @@ class RowStore:
         self.alive[row] = True
         self.version[row] = version
         self.specs[row] = spec
+        self.ids[row] = spec.id
+        self.keys[row] = spec.equivalence_key
+        self.priority[row] = spec.priority
+        self.slack_cpu[row] = spec.slack_cpu
         return row
 
     def remove(self, row: int) -> None:
@@ -89,6 +116,10 @@ class RowStore:
         self.reservation[row] = 0.0
         self.is_batch[row] = False
         self.specs[row] = None
+        self.ids[row] = ""
+        self.keys[row] = ""
+        self.priority[row] = 0
+        self.slack_cpu[row] = True
         self._free.append(row)
 
     def live_rows(self) -> np.ndarray:

@@ -82,6 +82,7 @@ class Ledger:
             raise ValueError("capacity must be non-negative (inf means unconstrained)")
         self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
         self.node_index: Mapping[str, int] = MappingProxyType(node_lookup(self.nodes))
+        self.node_names: tuple[str, ...] = tuple(n.name for n in self.nodes)
         cap.setflags(write=False)
         self._capacity = cap
         self._capacity_tol = tolerant_capacity(cap)

@@ -176,9 +176,7 @@ class EvictionCooldown:
             (),
             *(
                 (
-                    Reason(
-                        ReasonCode.EVICTION_COOLDOWN, used=now, capacity=until[(pod.equivalence_key, int(n))]
-                    ),
+                    Reason(ReasonCode.EVICTION_COOLDOWN, seconds=until[(pod.equivalence_key, int(n))] - now),
                 )
                 for n in nodes
             ),

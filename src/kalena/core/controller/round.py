@@ -1,0 +1,305 @@
+"""The node round: one pure function that every shell runs, for one node or for a whole cluster.
+
+``node_round(view, state, config, now) -> RoundDecision``, in order, for every node at once:
+
+1. **Signals.** On ram and storage the pressure is acute where the node's use exceeds
+   ``acute_fraction`` of its kill level (its memory limit, else its capacity) or the kernel said so,
+   and triggered where it exceeds ``trigger_fraction`` or a kernel notification arrived. The node's
+   use is what its own accounting measured (``node_used``) or else the sum of its rows.
+2. **Evictions.** A screen over all nodes finds those where a non-compressible dimension is
+   breached (``sum r' > C``), over capacity, or signalled; each gets the core's ``plan_evictions``
+   on its snapshot. Victims leave the round's view (a service victim stays at ``r = R``).
+3. **Anti-starvation and throttle** on what is left: ``starvation_nodes`` (floors for starved
+   batch, caps on services above their reservation) feeding ``throttle_nodes`` (the allowance
+   ``A`` from the previous one, quotas by water-filling).
+4. **Pressure persisted?** The round's pressure is every dimension a plan found pressured, plus
+   cpu where it is pressured although every batch quota is already at the kernel minimum (before
+   that, the halving allowance is mitigation still converging, not failing). The previous round's
+   pressure persisted iff this round has some (``advance_runs``).
+5. **Escalation** where the failed run is ``rounds`` long or ``persist_s`` old: drain every batch
+   resident still there, in eviction order, and make the node slack-ineligible until
+   ``now + cooldown_s``.
+
+The decision lists per node the victims in order with the node epoch the first one's
+``Eviction`` commitment carries (each later one +1), the quotas and caps as arrays, and the next
+:class:`~kalena.core.controller.state.RoundState`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from kalena.core.controller.config import RoundConfig
+from kalena.core.controller.state import RoundState
+from kalena.core.enforcement.config import EscalationConfig, EvictionConfig, StarvationConfig, ThrottleConfig
+from kalena.core.enforcement.escalation import (
+    EscalationDecision,
+    EscalationRuns,
+    advance_runs,
+    drain_decision,
+)
+from kalena.core.enforcement.eviction import EvictionPlan, plan_evictions
+from kalena.core.enforcement.nodes import NodesView
+from kalena.core.enforcement.records import Victim
+from kalena.core.enforcement.starvation import (
+    NodesStarvation,
+    StarvationDecision,
+    decision_of,
+    starvation_nodes,
+)
+from kalena.core.enforcement.throttle import NodesThrottle, ThrottlePlan, decisions_of, throttle_nodes
+from kalena.core.resources import CPU, DIMS, NDIM, NON_COMPRESSIBLE, RAM
+from kalena.core.tolerance import REL_TOL
+
+#: A screen must never miss a node the eviction planner would call pressured; the planner sums in
+#: another order, so the screen flags nodes within this relative distance of their capacity too.
+SCREEN_RTOL = 1e-6
+
+
+class RoundPolicy(Protocol):
+    """The configs the round reads (``kalena.core.config.PolicyConfig`` has them all)."""
+
+    @property
+    def eviction(self) -> EvictionConfig: ...
+    @property
+    def throttle(self) -> ThrottleConfig: ...
+    @property
+    def starvation(self) -> StarvationConfig: ...
+    @property
+    def escalation(self) -> EscalationConfig: ...
+    @property
+    def round(self) -> RoundConfig: ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodeActions:
+    """What one node must carry out this round, in order: the plan's victims, then the drain."""
+
+    node: int
+    name: str
+    first_epoch: int
+    plan: EvictionPlan | None
+    escalation: EscalationDecision | None
+
+    @property
+    def victims(self) -> tuple[Victim, ...]:
+        out = () if self.plan is None else self.plan.victims
+        if self.escalation is not None:
+            out = out + self.escalation.drain
+        return out
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RoundDecision:
+    """One round's decision for every node of the view (module docstring).
+
+    ``actions`` (ascending node) covers the nodes with an eviction plan or an escalation. Per row
+    (W,): ``gone`` (evicted or drained batch, leaving the ledger) and ``below_request`` (batch whose
+    quota is below its cpu request: the lifecycle's ``throttled`` state, the same rule in every
+    shell). Per node (N,): ``acute`` and ``triggered`` (N, 8) as the round judged them,
+    ``pressure`` (N, 8) its classification, ``escalate`` and ``slack_ineligible_until`` (NaN: no
+    change). ``throttle`` holds the batch quotas, ``starvation`` the floors and the service caps
+    (``starvation.cap``, ``inf`` = none).
+    """
+
+    now: float
+    actions: tuple[NodeActions, ...]
+    gone: np.ndarray
+    throttle: NodesThrottle
+    starvation: NodesStarvation
+    acute: np.ndarray
+    triggered: np.ndarray
+    pressure: np.ndarray
+    escalate: np.ndarray
+    slack_ineligible_until: np.ndarray
+    state: RoundState
+    view: NodesView
+    below_request: np.ndarray
+
+    def actions_of(self, n: int) -> NodeActions | None:
+        return next((a for a in self.actions if a.node == n), None)
+
+    # node n's part as the per-node records (logs, reports, the one-node API) -------------------------
+    def eviction_plan(self, n: int) -> EvictionPlan:
+        a = self.actions_of(n)
+        if a is not None and a.plan is not None:
+            return a.plan
+        return EvictionPlan(self.view.names[n], int(self.view.epoch[n]), self.now, (), ())
+
+    def throttle_plan(self, n: int, previous: float | None) -> ThrottlePlan:
+        """Node ``n``'s quotas as a :class:`ThrottlePlan` (no advisories: those are per snapshot)."""
+        t = self.throttle
+        return ThrottlePlan(
+            self.view.names[n],
+            int(self.view.epoch[n]),
+            self.now,
+            bool(t.pressured[n]),
+            float(t.claim[n]),
+            float(t.target[n]),
+            float(t.allowance[n]),
+            previous,
+            decisions_of(t, self.view, n),
+            (),
+        )
+
+    def starvation_decision(self, n: int) -> StarvationDecision:
+        return decision_of(self.starvation, self.view, n, self.now)
+
+    def escalation_decision(self, n: int) -> EscalationDecision:
+        a = self.actions_of(n)
+        if a is not None and a.escalation is not None:
+            return a.escalation
+        runs = self.state.runs
+        return EscalationDecision(
+            self.view.names[n],
+            int(self.view.epoch[n]),
+            self.now,
+            False,
+            int(runs.rounds[n]),
+            float(runs.persisted_s[n]),
+            None,
+            (),
+            None,
+        )
+
+
+def node_signals(view: NodesView, config: RoundConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(acute, triggered)`` (N, 8): the kernel's signals plus the rule of step 1."""
+    n = view.n_nodes
+    summed = np.stack(
+        [np.bincount(view.node, weights=np.nan_to_num(view.usage[:, d]), minlength=n) for d in _NC], axis=1
+    )
+    used = summed
+    if view.node_used is not None:
+        own = view.node_used[:, _NC]
+        used = np.where(np.isnan(own), summed, own)
+    level = view.capacity[:, _NC]
+    if view.node_limit is not None:
+        own = view.node_limit[:, _NC]
+        level = np.where(np.isnan(own), level, own)
+    acute = np.array(view.acute, dtype=bool, copy=True)
+    triggered = np.array(view.triggered, dtype=bool, copy=True)
+    acute[:, _NC] |= used > config.acute_fraction * level
+    triggered[:, _NC] |= used > config.trigger_fraction * level
+    return acute, triggered
+
+
+def eviction_screen(view: NodesView, acute: np.ndarray, triggered: np.ndarray) -> np.ndarray:
+    """(N,) bool: the nodes ``plan_evictions`` must see (any non-compressible dimension pressured)."""
+    n = view.n_nodes
+    ledger = view.in_ledger
+    rows = np.flatnonzero(ledger)
+    on = view.node[rows]
+    eff = view.effective_reservation
+    signalled = (acute | triggered)[:, _NC]
+    signalled[:, _NC.tolist().index(RAM)] |= view.memory_events > 0
+    out = signalled.any(axis=1)
+    for j, d in enumerate(_NC):
+        cap = view.capacity[:, d]
+        if not np.isfinite(cap).any() and not signalled[:, j].any():
+            continue
+        reserved = np.bincount(on, weights=eff[rows, d], minlength=n)
+        used = np.bincount(on, weights=np.nan_to_num(view.seen_usage[rows, d]), minlength=n)
+        near = cap - SCREEN_RTOL * np.maximum(1.0, np.abs(cap))
+        out |= (reserved > near) | (used > near)
+    return out
+
+
+_NC = np.flatnonzero(NON_COMPRESSIBLE)
+
+
+def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: float) -> RoundDecision:
+    """One round for every node of ``view`` (module docstring)."""
+    n, w = view.n_nodes, len(view)
+    if state.n_nodes != n:
+        raise ValueError(f"round state has {state.n_nodes} nodes, the view {n}")
+    rc = config.round
+    acute, triggered = node_signals(view, rc)
+
+    # 2. evictions on the screened nodes -----------------------------------------------------------
+    flagged = np.flatnonzero(eviction_screen(view, acute, triggered))
+    previous = state.previous_of(view.slot, view.ids) if len(flagged) else None
+    plans: dict[int, EvictionPlan] = {}
+    pressure = np.zeros((n, NDIM), dtype=bool)
+    alive = np.ones(w, dtype=bool)
+    res = view.reservation
+    row_of: dict[str, int] = {}
+    for k in flagged.tolist():
+        rows = view.rows_of(k)
+        snap = view.snapshot(
+            k, rows, conditions=view.conditions_of(k, acute, triggered), previous_reservation=previous
+        )
+        plan = plan_evictions(snap, config.eviction, now)
+        for p in plan.pressures:
+            pressure[k, DIMS.index(p.condition.dimension)] = True
+        if not plan.victims:
+            if plan.pressures:
+                plans[k] = plan
+            continue
+        plans[k] = plan
+        row_of.update(zip(snap.ids, rows.tolist(), strict=True))
+        for v in plan.victims:
+            i = row_of[v.workload]
+            if view.is_batch[i]:
+                alive[i] = False
+            else:  # a service keeps its placement and request and restarts at r = R
+                if res is view.reservation:
+                    res = view.reservation.copy()
+                res[i] = view.request[i]
+    eff = view.effective_reservation
+    if res is not view.reservation:
+        u = view.seen_usage
+        eff = np.where(np.isnan(u), res, np.fmax(res, u))
+
+    # 3. anti-starvation, then the throttle ---------------------------------------------------------
+    starv = starvation_nodes(view, rc.starvation_window_s, config.starvation, alive=alive, reservation=res)
+    thr = throttle_nodes(view, config.throttle, state.allowance, starv.floor, alive=alive, effective=eff)
+
+    # 4. did pressure persist? -------------------------------------------------------------------------
+    floor = config.throttle.min_quota_cores * (1 + REL_TOL)
+    on = view.node[thr.rows]
+    with_batch = np.bincount(on, minlength=n) > 0
+    above = np.bincount(on[thr.quota > floor], minlength=n) > 0
+    pressure[:, CPU] |= thr.pressured & with_batch & ~above
+    runs, escalate, judged = advance_runs(state.runs, pressure, now, config.escalation)
+
+    # 5. escalation ----------------------------------------------------------------------------------
+    until = np.full(n, np.nan)
+    escalations: dict[int, EscalationDecision] = {}
+    gone = ~alive
+    for k in np.flatnonzero(escalate).tolist():
+        rows = view.rows_of(k)
+        rows = rows[alive[rows]]
+        snap = view.snapshot(k, rows, reservation=res)
+        dims = tuple(sorted(DIMS[d] for d in np.flatnonzero(judged.dims[k])))
+        decision = drain_decision(
+            snap, int(judged.rounds[k]), float(judged.persisted_s[k]), dims, config.escalation, now
+        )
+        escalations[k] = decision
+        until[k] = decision.slack_ineligible_until
+        gone[rows[np.asarray(view.is_batch, dtype=bool)[rows] & view.in_ledger[rows]]] = True
+
+    actions = tuple(
+        NodeActions(k, view.names[k], int(view.epoch[k]), plans.get(k), escalations.get(k))
+        for k in sorted(set(plans) | set(escalations))
+    )
+    nxt = _next_state(view, thr.allowance, runs)
+    below = np.zeros(w, dtype=bool)
+    below[thr.rows] = thr.quota < view.request[thr.rows, CPU] * (1 - REL_TOL)
+    return RoundDecision(
+        now, actions, gone, thr, starv, acute, triggered, pressure, escalate, until, nxt, view, below
+    )
+
+
+def _next_state(view: NodesView, allowance: np.ndarray, runs: EscalationRuns) -> RoundState:
+    """What the next round needs; the row columns are copied (a view may alias the ledger's arrays)."""
+    return RoundState(
+        np.asarray(allowance, dtype=np.float64),
+        runs,
+        np.array(view.slot, dtype=np.int64),
+        np.array(view.ids, dtype=object),
+        np.array(view.reservation, dtype=np.float64),
+    )

@@ -1,0 +1,194 @@
+"""What one node round hands the next: the only state the controller keeps, as plain arrays.
+
+Per node: the batch cpu allowance (the throttle's ``A_prev``) and the escalation runs. Per
+workload (by the shell's stable ``slot``, checked against the workload id): the reservation the
+previous round saw, so that a "why evicted" record names the workload whose reservation rose
+since then. A shell stores it between rounds (the agent in its crash-safe state file, through
+:meth:`RoundState.to_json`) and passes it back unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kalena.core.enforcement.escalation import EscalationRuns
+from kalena.core.resources import DIMS, NDIM
+
+STATE_VERSION = 1
+
+
+def _num(x: float) -> float | str:
+    """JSON has no NaN or infinity: they travel as the strings "nan", "inf", "-inf"."""
+    return x if math.isfinite(x) else ("nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
+
+
+def _unnum(x: object, key: str) -> float:
+    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
+        return float(x)
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        raise ValueError(f"round state {key}: must be a number, got {x!r}")
+    return float(x)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RoundState:
+    """The controller's memory between rounds (module docstring)."""
+
+    allowance: np.ndarray
+    runs: EscalationRuns
+    # the previous round's rows: their slots (P,), workload ids (P,) and reservations (P, 8)
+    previous_slots: np.ndarray | None = None
+    previous_ids: np.ndarray | None = None
+    previous_reservation: np.ndarray | None = None
+
+    @classmethod
+    def initial(cls, n_nodes: int) -> RoundState:
+        """Before the first round: no allowance yet, no history, nothing seen."""
+        return cls(np.full(n_nodes, np.nan), EscalationRuns.empty(n_nodes))
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.allowance)
+
+    def previous_of(self, slots: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+        """The previous round's reservations of these rows (NaN: not seen there), or None."""
+        if self.previous_slots is None or self.previous_ids is None or self.previous_reservation is None:
+            return None
+        out = np.full((len(slots), NDIM), np.nan)
+        top = max(int(self.previous_slots.max(initial=-1)), int(np.max(slots, initial=-1))) + 1
+        where = np.full(top, -1, dtype=np.int64)  # slot -> previous row (built only when asked)
+        where[self.previous_slots] = np.arange(len(self.previous_slots))
+        k = where[slots]
+        seen = np.flatnonzero(k >= 0)
+        hit = seen[self.previous_ids[k[seen]] == np.asarray(ids, dtype=object)[seen]]
+        out[hit] = self.previous_reservation[k[hit]]
+        return out
+
+    def equals(self, other: RoundState) -> bool:
+        """Equal arrays (NaN equal to NaN): what a JSON round trip must preserve."""
+
+        def same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+            if a is None or b is None:
+                return a is None and b is None
+            if a.dtype == object or b.dtype == object:
+                return a.shape == b.shape and bool(np.all(a == b))
+            return bool(np.array_equal(a, b, equal_nan=True))
+
+        r, s = self.runs, other.runs
+        return (
+            same(self.allowance, other.allowance)
+            and all(
+                same(getattr(r, f), getattr(s, f))
+                for f in ("open_time", "open_dims", "rounds", "first", "last", "dims")
+            )
+            and same(self.previous_slots, other.previous_slots)
+            and same(self.previous_ids, other.previous_ids)
+            and same(self.previous_reservation, other.previous_reservation)
+        )
+
+    # JSON -------------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types; dimensions by name; NaN and infinities as strings."""
+        r = self.runs
+
+        def dims(mask: np.ndarray) -> list[list[str]]:
+            return [[DIMS[d] for d in np.flatnonzero(row)] for row in mask]
+
+        out: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "allowance": [_num(x) for x in self.allowance.tolist()],
+            "open_time": [_num(x) for x in r.open_time.tolist()],
+            "open_dims": dims(r.open_dims),
+            "rounds": [int(x) for x in r.rounds.tolist()],
+            "first": [_num(x) for x in r.first.tolist()],
+            "last": [_num(x) for x in r.last.tolist()],
+            "dims": dims(r.dims),
+        }
+        if self.previous_ids is not None and self.previous_reservation is not None:
+            assert self.previous_slots is not None
+            ids = [str(w) for w in self.previous_ids.tolist()]
+            out["previous"] = {
+                w: [_num(x) for x in row]
+                for w, row in zip(ids, self.previous_reservation.tolist(), strict=True)
+            }
+            out["previous_slots"] = dict(
+                zip(ids, (int(x) for x in self.previous_slots.tolist()), strict=True)
+            )
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RoundState:
+        """The inverse of :meth:`to_json`; malformed content raises ``ValueError`` naming the key."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"round state: must be a mapping, got {type(data).__name__}")
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"round state version: must be {STATE_VERSION}, got {data.get('version')!r}")
+        known = {"version", "allowance", "open_time", "open_dims", "rounds", "first", "last", "dims"}
+        extra = set(data) - known - {"previous", "previous_slots"}
+        if extra:
+            raise ValueError(f"round state {sorted(extra)[0]}: unknown key")
+
+        def nums(key: str) -> np.ndarray:
+            v = data.get(key)
+            if not isinstance(v, list):
+                raise ValueError(f"round state {key}: must be a list")
+            return np.array([_unnum(x, f"{key}[{i}]") for i, x in enumerate(v)], dtype=np.float64)
+
+        def masks(key: str, n: int) -> np.ndarray:
+            v = data.get(key)
+            if not isinstance(v, list) or len(v) != n:
+                raise ValueError(f"round state {key}: must be a list of {n} lists of dimension names")
+            out = np.zeros((n, NDIM), dtype=bool)
+            for i, row in enumerate(v):
+                if not isinstance(row, list) or any(d not in DIMS for d in row):
+                    raise ValueError(f"round state {key}[{i}]: must list dimension names, got {row!r}")
+                for d in row:
+                    out[i, DIMS.index(d)] = True
+            return out
+
+        allowance = nums("allowance")
+        n = len(allowance)
+        cols = {k: nums(k) for k in ("open_time", "first", "last")}
+        rounds = data.get("rounds")
+        if not isinstance(rounds, list) or any(
+            isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in rounds
+        ):
+            raise ValueError("round state rounds: must be a list of non-negative integers")
+        for k, a in (*cols.items(), ("rounds", rounds)):
+            if len(a) != n:
+                raise ValueError(f"round state {k}: must have {n} entries, got {len(a)}")
+        runs = EscalationRuns(
+            cols["open_time"],
+            masks("open_dims", n),
+            np.array(rounds, dtype=np.int64),
+            cols["first"],
+            cols["last"],
+            masks("dims", n),
+        )
+        prev, where = data.get("previous"), data.get("previous_slots")
+        if prev is None and where is None:
+            return cls(allowance, runs)
+        if not isinstance(prev, Mapping) or not isinstance(where, Mapping) or set(prev) != set(where):
+            raise ValueError("round state previous: must map the same workload ids as previous_slots")
+        ids = list(where)  # JSON keeps the order written: the rows come back as they were
+        slots = np.zeros(len(ids), dtype=np.int64)
+        res = np.full((len(ids), NDIM), np.nan)
+        for k, wid in enumerate(ids):
+            s = where[wid]
+            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+                raise ValueError(
+                    f"round state previous_slots.{wid}: must be a non-negative integer, got {s!r}"
+                )
+            row = prev[wid]
+            if not isinstance(row, list) or len(row) != NDIM:
+                raise ValueError(f"round state previous.{wid}: must list {NDIM} numbers")
+            slots[k] = s
+            res[k] = [_unnum(x, f"previous.{wid}") for x in row]
+        if len(set(slots.tolist())) != len(ids):
+            raise ValueError("round state previous_slots: two workloads in one slot")
+        return cls(allowance, runs, slots, np.array(ids, dtype=object).reshape(-1), res)
