@@ -38,6 +38,7 @@ from kalena.agent.declaration import parse_declaration
 from kalena.agent.layout import CgroupTree, detect
 from kalena.agent.runtime import Submission, submit
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope
+from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig
 
 #: The synthetic load runs at nice 19, so that a shared machine's other work is barely disturbed;
@@ -75,7 +76,7 @@ def main() -> None:
         "bench",
     )
     # escalation off: a benchmark of the fast path must not drain the batch it measures
-    config = AgentConfig(escalation=EscalationConfig(rounds=10**9, persist_s=1e12))
+    config = AgentConfig(policy=PolicyConfig(escalation=EscalationConfig(rounds=10**9, persist_s=1e12)))
     owner = CgroupWriter(tree, ManagedScope())
     latencies: list[float] = []
     rounds: list[float] = []

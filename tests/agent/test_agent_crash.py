@@ -114,9 +114,9 @@ def test_sigkill_during_a_mitigation_then_restart_loses_nothing_and_evicts_once(
         starts = lines("start")
         assert len(starts) == 2 and starts[1]["resumed"] is True and starts[1]["in_flight"] == [ev]
         state = StateStore(state_dir / "state.json").load()
-        assert state.jobs["b-high"].status == "running" and reader.procs("batch/b-high.1") == high_pids
+        assert state.status("b-high") == "running" and reader.procs("batch/b-high.1") == high_pids
         low = state.jobs["b-low"]
-        assert low.status == "queued" and low.not_before == pytest.approx(evicts[0]["time"] + 600)
+        assert state.status("b-low") == "queued" and low.not_before == pytest.approx(evicts[0]["time"] + 600)
         assert [e.id for e in state.evictions] == [ev] and state.evictions[0].status == "done"
         assert prod.poll() is None
     finally:

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,9 @@ from kalena.agent.runtime import ProcessRuntime, Submission, submit
 from kalena.agent.state import StateStore
 from kalena.agent.telemetry import Counters
 from kalena.agent.writer import CgroupWriter, ManagedScope
+from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
+from kalena.core.lifecycle import IllegalTransition, TaskState, TransitionReason
 from kalena.core.resources import DIMS
 
 MIB = 2**20
@@ -120,8 +123,10 @@ class Harness:
         self.decl_path = tmp_path / "node.yaml"
         self.decl_path.write_text(yaml.safe_dump(decl or DECL))
         self.config = config or AgentConfig(
-            eviction=EvictionConfig(min_run_time_s=0, grace_period_s=5, acute_grace_period_s=0),
-            escalation=EscalationConfig(rounds=1000, persist_s=1e6),
+            policy=PolicyConfig(
+                eviction=EvictionConfig(min_run_time_s=0, grace_period_s=5, acute_grace_period_s=0),
+                escalation=EscalationConfig(rounds=1000, persist_s=1e6),
+            )
         )
         self.telemetry = Telemetry(self.clock)
         self.make()
@@ -194,15 +199,18 @@ def test_admission_is_the_ledger_and_pending_says_why(harness):
     h.submit("c", 3, ram_mib=300)  # 256 (prod) + 3 x 300 > 1024 - 64 (the DaemonSet)
     r = h.step()
     assert r.admitted == ("batch/a.1", "batch/b.1")
-    assert h.agent.state.jobs["c"].status == "queued"
+    assert h.agent.state.status("c") == "queued"
     assert "Insufficient ram" in h.agent.state.jobs["c"].why_pending
     assert [p["job"] for p in h.log("pending")] == ["c"]
     h.step()
     assert len(h.log("pending")) == 1  # the same reason is logged once
 
 
+EAGER = PolicyConfig(eviction=EvictionConfig(min_run_time_s=0))  # no batch is too young to evict
+
+
 def test_missing_telemetry_holds_reservations(harness):
-    h = harness(config=AgentConfig(estimate_interval_s=10, eviction=EvictionConfig(min_run_time_s=0)))
+    h = harness(config=AgentConfig(estimate_interval_s=10, policy=EAGER))
     h.agent.start()
     rows = h.agent.ledger.rows()
     before = h.agent.ledger.reservation_sum.copy()
@@ -214,7 +222,7 @@ def test_missing_telemetry_holds_reservations(harness):
 
 
 def test_estimation_moves_reservations_from_usage(harness):
-    h = harness(config=AgentConfig(estimate_interval_s=10, eviction=EvictionConfig(min_run_time_s=0)))
+    h = harness(config=AgentConfig(estimate_interval_s=10, policy=EAGER))
     h.agent.start()
     h.telemetry.usage["prod/web"] = {"cpu": 1.9, "ram": 0.45}
     for _ in range(400):  # past the 300 s startup grace, then a rise is immediate
@@ -245,7 +253,7 @@ def test_each_victim_is_evicted_once_and_requeued_after_its_cooldown(harness):
         h.step()
     assert len(h.log("evict")) == 1 and len(h.log("evicted")) == 1
     low = h.agent.state.jobs["low"]
-    assert low.status == "queued" and low.not_before == pytest.approx(evict[0]["time"] + 600)
+    assert h.agent.state.status("low") == "queued" and low.not_before == pytest.approx(evict[0]["time"] + 600)
     with pytest.raises(ProcessLookupError):
         os.kill(pids["low"], 0)
     os.kill(pids["high"], 0)  # still running
@@ -267,10 +275,11 @@ def test_an_eviction_in_flight_counts_as_released(harness):
 
 
 def test_escalation_drains_batch_and_makes_the_node_slack_ineligible(harness):
-    cfg = AgentConfig(
+    policy = PolicyConfig(
         eviction=EvictionConfig(min_run_time_s=1e6, grace_period_s=5),  # eviction spares young batch
         escalation=EscalationConfig(rounds=3, persist_s=30),
     )
+    cfg = AgentConfig(policy=policy)
     h = harness(config=cfg)
     h.agent.start()
     h.submit("a", 1, ram_mib=200)
@@ -335,7 +344,7 @@ def test_restart_resumes_from_the_state_file(harness):
     h.agent.store.save(h.agent.state)
     h.make()  # a new agent process: same files, nothing in memory
     h.agent.start()
-    assert h.agent.state.jobs["a"].status == "running" and h.agent.state.jobs["a"].pid == pid
+    assert h.agent.state.status("a") == "running" and h.agent.state.jobs["a"].pid == pid
     assert "batch/a.1" in h.agent.ledger.batch_ids()
     assert h.agent.state.production_originals == {}  # production restored at start
     starts = [r for r in h.agent.log.memory if r["kind"] == "start"]
@@ -386,3 +395,156 @@ def test_a_production_eviction_ends_with_its_own_processes_not_its_restart(harne
     finally:
         restarted.kill()
         restarted.wait()
+
+
+# -- the jobs' lifecycle (the core's table) ---------------------------------------------------------
+def _wait_for_flag(flag: Path) -> tuple[str, ...]:
+    """A run that lives until ``flag`` exists, then exits 0 (SIGTERM ends it before that)."""
+    code = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.02)"
+    return (sys.executable, "-c", code, str(flag))
+
+
+def _steps_until(h: Harness, check, dt: float = 0.1, bound_s: float = 30.0) -> None:
+    """Step (``dt`` of fake time each) until ``check()``; the real-time bound only stops a hung test."""
+    end = time.monotonic() + bound_s
+    while not check():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)  # processes die and exit in real time
+        h.step(dt)
+
+
+def _walk(h: Harness, job: str) -> list[tuple[str, str]]:
+    return [(t.state.value, t.reason.value) for t in h.agent.state.history(job)]
+
+
+def test_a_jobs_history_through_eviction_requeue_and_completion_is_the_cores_walk(harness, tmp_path):
+    h = harness()
+    h.agent.start()
+    flag = tmp_path / "finish"
+    submit(h.state_dir / "inbox", Submission("a", _wait_for_flag(flag), {"cpu": 0.1, "ram": 0.195}, None, 1))
+    saved, on_disk = StateStore(h.state_dir / "state.json"), []
+
+    def on_disk_first(act):  # what the state file says when the side effect happens (write-ahead)
+        def wrapped(*args, **kw):
+            on_disk.append(saved.load().task("a"))
+            return act(*args, **kw)
+
+        return wrapped
+
+    h.agent.runtime.start = on_disk_first(h.agent.runtime.start)
+    h.agent.writer.signal = on_disk_first(h.agent.writer.signal)
+    assert h.step().admitted == ("batch/a.1",)
+    h.telemetry.usage.update({"batch/a.1": {"ram": 0.15}, "prod/web": {"ram": 0.8}})  # a ledger breach
+    assert h.step(0.1).evicted == ("batch/a.1",)
+    assert on_disk == [TaskState.STARTING, TaskState.EVICTING]  # before the process, before SIGTERM
+    del h.telemetry.usage["batch/a.1"]
+    h.telemetry.usage["prod/web"] = {"ram": 0.3}
+    _steps_until(h, lambda: h.agent.state.task("a") is TaskState.REQUEUED)
+    evicted_at = h.log("evict")[0]["time"]
+    assert h.agent.state.jobs["a"].not_before == pytest.approx(evicted_at + 600)  # the cooldown
+    flag.touch()  # the second run exits 0 at once
+    h.step(600.0)
+    assert h.log("admit")[-1]["workload"] == "batch/a.2"
+    _steps_until(h, lambda: h.agent.state.task("a").terminal)
+    assert _walk(h, "a") == [
+        ("pending", "submitted"),
+        ("placed", "admitted"),
+        ("starting", "start-requested"),
+        ("running", "started"),
+        ("evicting", "evicted-ledger-breach"),
+        ("evicted", "exited"),  # SIGTERM was enough: no SIGKILL
+        ("requeued", "requeued"),
+        ("pending", "cooldown-over"),
+        ("placed", "admitted"),
+        ("starting", "start-requested"),
+        ("running", "started"),
+        ("succeeded", "finished"),
+    ]
+    times = [t.time for t in h.agent.state.history("a")]
+    assert times == sorted(times) and times[4] == evicted_at and times[7] >= evicted_at + 600
+    assert h.agent.state.status("a") == "done" and h.log("finish")[-1]["status"] == "done"
+
+
+def test_a_finished_job_submitted_again_starts_a_fresh_history(harness):
+    h = harness()
+    h.agent.start()
+    quick = (sys.executable, "-c", "pass")
+    submit(h.state_dir / "inbox", Submission("once", quick, {"ram": 0.01}, None, 1))
+    h.step()
+    _steps_until(h, lambda: h.agent.state.task("once") is TaskState.SUCCEEDED)
+    submit(h.state_dir / "inbox", Submission("once", SLEEP, {"ram": 0.01}, None, 1))
+    h.step()
+    assert _walk(h, "once") == [
+        ("pending", "submitted"),
+        ("placed", "admitted"),
+        ("starting", "start-requested"),
+        ("running", "started"),
+    ]
+    assert h.agent.state.history("once")[0].time == h.clock.t and len(h.agent.state.lifecycle) == 1
+    submit(h.state_dir / "inbox", Submission("once", SLEEP, {"ram": 0.01}, None, 1))
+    h.step()  # still running: refused, as before, and its history goes on untouched
+    assert "job 'once' is still running" in h.log("rejected-submission")[-1]["problem"]
+    assert len(h.agent.state.history("once")) == 4
+
+
+def test_finishing_an_evicting_job_raises_the_cores_illegal_transition(harness):
+    h = harness()
+    h.agent.start()
+    h.submit("low", 1, ram_mib=200)
+    h.step()
+    os.kill(h.agent.state.jobs["low"].pid, signal.SIGSTOP)  # stopped: it stays in its grace period
+    h.telemetry.usage.update({"batch/low.1": {"ram": 0.15}, "prod/web": {"ram": 0.8}})
+    assert h.step().evicted == ("batch/low.1",)
+    before = h.agent.state.history("low")
+    with pytest.raises(IllegalTransition, match=r"to succeeded \(reason finished\).*'low' \(evicting\)"):
+        h.agent.state.move("low", TaskState.SUCCEEDED, h.clock.t, TransitionReason.FINISHED)
+    assert h.agent.state.history("low") == before and h.agent.state.status("low") == "evicting"
+    os.kill(h.agent.state.evictions[0].pids[0], signal.SIGCONT)
+
+
+def test_throttled_moves_running_runs_by_their_quota(harness):
+    h = harness()
+    h.agent.start()
+    h.submit("a", 1)
+    h.submit("b", 1)
+    h.step()
+    t = h.clock.t
+    assert h.agent.batch.throttled({"batch/a.1", "prod/web"}, t) == ("batch/a.1",)
+    assert h.agent.batch.throttled({"batch/a.1"}, t + 1) == ()  # already throttled: no new entry
+    assert h.agent.state.task("a") is TaskState.THROTTLED and h.agent.state.status("a") == "running"
+    assert set(h.agent.batch.running()) == {"batch/a.1", "batch/b.1"}  # still running, throttled
+    assert h.agent.batch.throttled(set(), t + 2) == ("batch/a.1",)
+    assert _walk(h, "a")[-2:] == [("throttled", "throttled"), ("running", "unthrottled")]
+    assert [x.time for x in h.agent.state.history("a")[-2:]] == [t, t + 2]
+    assert _walk(h, "b")[-1] == ("running", "started")
+
+
+def test_a_run_the_shrunk_node_cannot_hold_is_evicted_as_readmission_rejected_and_requeued(harness):
+    h = harness()
+    h.agent.start()
+    h.submit("a", 1, ram_mib=300)
+    h.step()
+    h.decl_path.write_text(
+        yaml.safe_dump({**DECL, "node": {"name": "n1", "capacity": {"cpu": 4, "ram": "512Mi"}}})
+    )
+    os.utime(h.decl_path, (3, 3))
+    h.step()  # the reloaded ledger: 256 (prod) + 64 (DaemonSet) + 300 > 512 MiB
+    assert h.log("evict")[-1]["cause"] == "readmission-rejected"
+    _steps_until(h, lambda: h.agent.state.task("a") is not TaskState.EVICTING)
+    assert _walk(h, "a")[3:] == [
+        ("running", "started"),
+        ("evicting", "readmission-rejected"),
+        ("evicted", "grace-expired"),  # killed at once: no grace
+        ("requeued", "requeued"),
+        ("pending", "cooldown-over"),  # no cooldown: pending at the same round's admission pass
+    ]
+    assert "Insufficient ram" in h.agent.state.jobs["a"].why_pending
+
+
+def test_a_run_that_cannot_start_fails_as_start_failed(harness):
+    h = harness()
+    h.agent.start()
+    submit(h.state_dir / "inbox", Submission("ghost", ("/nonexistent/binary",), {"ram": 0.01}, None, 1))
+    assert h.step().admitted == ()
+    assert _walk(h, "ghost")[-2:] == [("starting", "start-requested"), ("failed", "start-failed")]
+    assert h.log("finish")[-1]["status"] == "failed" and "batch/ghost.1" not in h.agent.ledger.batch_ids()

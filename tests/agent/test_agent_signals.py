@@ -33,15 +33,13 @@ def ev(kind: str, dim: str, acute: bool = False) -> AgentEvent:
 
 
 @pytest.mark.parametrize(
-    ("events", "ratio", "triggered", "acute", "memory_events"),
+    ("events", "triggered", "acute", "memory_events"),
     [
-        ([], None, set(), set(), 0),
-        ([ev("psi", "cpu")], None, {"cpu"}, set(), 0),
-        ([ev("psi", "ram", acute=True)], None, {"ram"}, {"ram"}, 0),
-        ([ev("memory-threshold", "ram"), ev("oom", "ram", True)], None, {"ram"}, {"ram"}, 2),
-        ([ev("psi", "disk.read")], None, {"disk.read", "disk.write"}, set(), 0),
-        ([], 0.96, set(), {"ram"}, 0),
-        ([], 0.94, set(), set(), 0),
+        ([], set(), set(), 0),
+        ([ev("psi", "cpu")], {"cpu"}, set(), 0),
+        ([ev("psi", "ram", acute=True)], {"ram"}, {"ram"}, 0),
+        ([ev("memory-threshold", "ram"), ev("oom", "ram", True)], {"ram"}, {"ram"}, 2),
+        ([ev("psi", "disk.read")], {"disk.read", "disk.write"}, set(), 0),
     ],
     ids=[
         "quiet",
@@ -49,12 +47,10 @@ def ev(kind: str, dim: str, acute: bool = False) -> AgentEvent:
         "memory-full-is-acute",
         "memory-events",
         "io-is-both-disks",
-        "near-limit",
-        "below",
     ],
 )
-def test_conditions(events, ratio, triggered, acute, memory_events):
-    c = conditions(events, PsiAverages(0.3, 0.1, 0.0, math.nan), ratio, CFG)
+def test_conditions(events, triggered, acute, memory_events):
+    c = conditions(events, PsiAverages(0.3, 0.1, 0.0, math.nan), CFG)
     assert {d for d, i in DIM_INDEX.items() if c.triggered[i]} == triggered
     assert {d for d, i in DIM_INDEX.items() if c.acute[i]} == acute
     assert c.memory_events == memory_events

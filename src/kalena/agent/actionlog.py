@@ -13,30 +13,20 @@ eviction appear exactly once even across a crash (:meth:`ActionLog.has_eviction`
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from kalena.core.enforcement import EvictionPlan, ThrottleDecision, ThrottlePlan, Victim
+from kalena.core.messages.specs import reason_out
+from kalena.core.messages.wire import number_out
 from kalena.core.verdict import Reason
 
 
-def _num(v: float) -> float | str:
-    return v if math.isfinite(v) else ("inf" if v > 0 else ("-inf" if v < 0 else "nan"))
-
-
 def reason_json(r: Reason) -> dict[str, Any]:
-    return {
-        "code": r.code.value,
-        "dimension": r.dimension,
-        "requested": _num(r.requested),
-        "used": _num(r.used),
-        "capacity": _num(r.capacity),
-        "detail": r.detail,
-        "phrase": r.phrase(),
-    }
+    """The core's message form of a reason (the same JSON a scheduler receives), plus its phrase."""
+    return {**reason_out(r), "phrase": r.phrase()}
 
 
 def why_evicted(v: Victim) -> dict[str, Any]:
@@ -49,7 +39,7 @@ def why_evicted(v: Victim) -> dict[str, Any]:
         "cause": v.cause.value,
         "limit_breach_override": v.limit_breach_override,
         "grace_period_s": v.grace_period_s,
-        "releases": {k: _num(x) for k, x in v.releases.to_dict(skip_zero=True).items()},
+        "releases": {k: number_out(x) for k, x in v.releases.to_dict(skip_zero=True).items()},
         "requeue_until": None if v.requeue is None else v.requeue.cooldown_until,
         "reasons": [reason_json(r) for r in v.reasons],
     }
@@ -60,7 +50,7 @@ def why_evicted(v: Victim) -> dict[str, Any]:
             "dimension": c.dimension,
             "used": c.used,
             "reserved": c.reserved,
-            "capacity": _num(c.capacity),
+            "capacity": number_out(c.capacity),
             "triggered": c.triggered,
             "acute": c.acute,
         }
@@ -75,8 +65,8 @@ def why_evicted(v: Victim) -> dict[str, Any]:
             "highest_protected": w.priority.highest_protected,
             "protected": w.priority.protected,
         }
-        out["usage"] = _num(w.usage)
-        out["limit"] = _num(w.limit)
+        out["usage"] = number_out(w.usage)
+        out["limit"] = number_out(w.limit)
     return out
 
 
@@ -99,7 +89,7 @@ def why_throttled(d: ThrottleDecision, plan: ThrottlePlan | None) -> dict[str, A
     out: dict[str, Any] = {
         "workload": d.workload,
         "dimension": d.dimension,
-        "quota_cores": _num(d.quota),
+        "quota_cores": number_out(d.quota),
         "weight": d.weight,
         "cause": d.cause.value,
         "reason": reason_json(d.reason),
@@ -108,9 +98,11 @@ def why_throttled(d: ThrottleDecision, plan: ThrottlePlan | None) -> dict[str, A
         out.update(
             pressured=plan.pressured,
             service_claim=plan.service_claim,
-            target=_num(plan.target),
-            allowance=_num(plan.allowance),
-            previous_allowance=None if plan.previous_allowance is None else _num(plan.previous_allowance),
+            target=number_out(plan.target),
+            allowance=number_out(plan.allowance),
+            previous_allowance=None
+            if plan.previous_allowance is None
+            else number_out(plan.previous_allowance),
         )
     return out
 

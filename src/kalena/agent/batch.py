@@ -1,11 +1,26 @@
-"""Batch runs through their lifecycle, in ledger commitments (the process runtime's bookkeeping).
+"""Batch runs through the core's lifecycle, in ledger commitments (the process runtime's bookkeeping).
 
-    queued --PlaceBatch accepted--> running --cgroup empty--> done | failed (RemoveBatch)
-    running --eviction (Eviction)--> evicting --cgroup empty--> queued again after the cooldown
+Every job is one task of the state's ``Lifecycle`` (``kalena.core.lifecycle``), its id the job's
+name; each change below is a move of the core's table, so an illegal one raises::
+
+    submit        -> PENDING (submitted)
+    PlaceBatch    PENDING -> PLACED (admitted) -> STARTING (start-requested), saved, then started:
+                  -> RUNNING (started) once the runtime returns its pid (exec succeeded), or
+                  -> FAILED (start-failed)
+    reap          LIVE -> SUCCEEDED (finished, exit 0) | FAILED (exit-error), RemoveBatch;
+                  STARTING -> RUNNING (started) for a start a crash cut short, its process up
+    throttled     RUNNING <-> THROTTLED (throttled | unthrottled): quota below its cpu request
+    evictor       LIVE -> EVICTING (the victim's cause) -> EVICTED (exited | grace-expired)
+    evicted       EVICTED -> REQUEUED (requeued), the cooldown in ``JobRecord.not_before``
+    admit         REQUEUED -> PENDING (cooldown-over) at the first admission pass after it
+    rebuild       LIVE -> EVICTING (readmission-rejected): the rebuilt ledger cannot hold it
+
+(LIVE: STARTING, RUNNING, THROTTLED.) A job's name may be submitted again once it ended; its
+old task and history are forgotten (``Lifecycle.forget``).
 
 * intake: submissions from the inbox are recorded in the state file before their files are
   deleted (never lost, never taken twice);
-* admission: queued jobs in submission order while the node is slack-eligible and the pair
+* admission: PENDING jobs in submission order while the node is slack-eligible and the pair
   (job, node) is not blacklisted (harmful pairing); the ledger's ``PlaceBatch`` is the fit check,
   and a rejection is the job's "why pending" (rendered from the ledger's reasons). The run's
   knobs are written before its process starts, so it never runs unthrottled;
@@ -24,10 +39,11 @@ from kalena.agent.actionlog import ActionLog, reason_json
 from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.config import AgentConfig
 from kalena.agent.runtime import ProcessRuntime, read_inbox, take
-from kalena.agent.state import AgentState, EvictionRecord, JobRecord, StateStore
+from kalena.agent.state import LIVE, AgentState, EvictionRecord, JobRecord, StateStore
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite
-from kalena.core.enforcement import EvictionEvent, blacklisted_pairs
+from kalena.core.enforcement import EvictionCause, EvictionEvent, blacklisted_pairs
 from kalena.core.ledger import Ledger, PlaceBatch, RemovalCause, RemoveBatch
+from kalena.core.lifecycle import TaskState, TransitionReason, eviction_reason
 from kalena.core.model import Tier, WorkloadSpec
 from kalena.core.resources import Resources
 from kalena.core.verdict import render_reasons
@@ -64,7 +80,25 @@ class BatchRuns:
         self.config, self.inbox = config, inbox
 
     def running(self) -> dict[str, JobRecord]:
-        return {j.workload_id: j for j in self.state.jobs.values() if j.status == "running" and j.workload_id}
+        """Workload id -> job, for every run whose process is (or may be) on the node (LIVE)."""
+        jobs = (self.state.jobs[n] for n in self.state.names_in(*LIVE))
+        return {j.workload_id: j for j in jobs if j.workload_id}
+
+    def throttled(self, workloads_below_request: set[str], now: float) -> tuple[str, ...]:
+        """RUNNING -> THROTTLED for the runs in ``workloads_below_request`` (their round quota is
+        below their cpu request), THROTTLED -> RUNNING for the others; returns the runs moved.
+        A STARTING run is left alone (the table: it is started first, then throttled)."""
+        moved = []
+        for wid, job in self.running().items():
+            state, below = self.state.task(job.name), wid in workloads_below_request
+            if state is TaskState.RUNNING and below:
+                self.state.move(job.name, TaskState.THROTTLED, now, TransitionReason.THROTTLED)
+            elif state is TaskState.THROTTLED and not below:
+                self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.UNTHROTTLED)
+            else:
+                continue
+            moved.append(wid)
+        return tuple(moved)
 
     # -- intake ---------------------------------------------------------------------------------
     def intake(self, now: float) -> None:
@@ -76,12 +110,12 @@ class BatchRuns:
         if not subs:
             return
         for path, sub in subs:
-            old = self.state.jobs.get(sub.name)
-            if old is not None and old.status not in ("done", "failed"):
-                problem = f"{path}: name: job {sub.name!r} is still {old.status} (value: {sub.name!r})"
+            if sub.name in self.state.jobs and not self.state.task(sub.name).terminal:
+                still = self.state.status(sub.name)
+                problem = f"{path}: name: job {sub.name!r} is still {still} (value: {sub.name!r})"
                 self.log.append("rejected-submission", now, problem=problem)
             else:
-                self.state.jobs[sub.name] = sub.job(now)
+                self.state.submit(sub.job(now), now)  # a finished job of that name is forgotten
                 self.log.append("submit", now, job=sub.name, priority=sub.priority, requests=sub.requests)
         self.store.save(self.state)  # recorded before the files go: never lost, never twice
         for path, _ in subs:
@@ -98,13 +132,15 @@ class BatchRuns:
     def _unplaceable(self, job: JobRecord, reasons: Sequence[Any], now: float) -> None:
         """A run the rebuilt ledger cannot hold (the node shrank under it): stop it, requeue it."""
         assert job.cgroup is not None and job.workload_id is not None
+        cause = EvictionCause.READMISSION_REJECTED
+        self.state.move(job.name, TaskState.EVICTING, now, eviction_reason(cause))
         self.state.eviction_seq += 1
         rec = EvictionRecord(
             id=f"ev-{self.state.eviction_seq}",
             workload=job.workload_id,
             cgroup=job.cgroup,
             tier="batch",
-            cause="readmission-rejected",
+            cause=cause.value,
             started_at=now,
             deadline=now,
             pids=list(self.reader.procs(job.cgroup)),
@@ -114,8 +150,7 @@ class BatchRuns:
             job=job.name,
         )
         self.state.evictions.append(rec)
-        job.status = "evicting"
-        self.store.save(self.state)
+        self.store.save(self.state)  # write-ahead, as the evictor's: recorded before the kill
         reasons_json = [reason_json(r) for r in reasons]
         self.log.append(
             "evict", now, sync=True, id=rec.id, workload=rec.workload, cause=rec.cause, reasons=reasons_json
@@ -129,33 +164,44 @@ class BatchRuns:
         for wid, job in self.running().items():
             done, code = self.runtime.finished(job)
             if not done:
+                if self.state.task(job.name) is TaskState.STARTING:  # a start a crash cut short
+                    self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
                 continue
             ok = code is None or code == 0
+            if ok:
+                self.state.move(job.name, TaskState.SUCCEEDED, now, TransitionReason.FINISHED)
+            else:
+                self.state.move(job.name, TaskState.FAILED, now, TransitionReason.EXIT_ERROR)
             cause = RemovalCause.FINISHED if ok else RemovalCause.FAILED
             ledger.apply(RemoveBatch(wid, 0, ledger.node_epoch(0), cause))
             self.runtime.cleanup(job.cgroup or "", f"{wid} finished")
-            job.status, job.exit_code, job.pid = ("done" if ok else "failed"), code, None
-            self.log.append("finish", now, workload=wid, exit_code=code, status=job.status)
+            job.exit_code, job.pid = code, None
+            self.log.append("finish", now, workload=wid, exit_code=code, status=self.state.status(job.name))
             out.append(wid)
         return tuple(out)
 
     def evicted(self, rec: EvictionRecord) -> None:
-        """An evicted run's cgroup emptied: clean it up and queue the job after its cooldown."""
+        """An evicted run's cgroup emptied (the evictor moved it to EVICTED): clean it up and
+        requeue the job; it is PENDING again at the first admission pass after its cooldown."""
         if rec.job is None:
             return
         self.runtime.release(rec.workload)
         self.runtime.cleanup(rec.cgroup, f"{rec.id} done")
         job = self.state.jobs.get(rec.job)
         if job is not None and job.workload_id == rec.workload:
-            job.status = "queued"
-            job.not_before = rec.requeue_until if rec.requeue_until is not None else (rec.finished_at or 0.0)
+            assert rec.finished_at is not None
+            self.state.move(job.name, TaskState.REQUEUED, rec.finished_at, TransitionReason.REQUEUED)
+            job.not_before = rec.requeue_until if rec.requeue_until is not None else rec.finished_at
             job.workload_id = job.cgroup = None
             job.pid = None
 
     # -- admission ------------------------------------------------------------------------------
     def admit(self, ledger: Ledger, now: float) -> tuple[str, ...]:
+        for name in self.state.names_in(TaskState.REQUEUED):
+            if self.state.jobs[name].not_before <= now:
+                self.state.move(name, TaskState.PENDING, now, TransitionReason.COOLDOWN_OVER)
         queued = sorted(
-            (j for j in self.state.jobs.values() if j.status == "queued" and j.not_before <= now),
+            (self.state.jobs[n] for n in self.state.names_in(TaskState.PENDING)),
             key=lambda j: (j.submitted_at, j.name),
         )
         if not queued:
@@ -166,7 +212,7 @@ class BatchRuns:
                 self._pending(j, f"node slack-ineligible until {until:.0f} (escalation)", now)
             return ()
         history = [EvictionEvent(k, n, t) for k, n, t in self.state.eviction_history]
-        blacklist = blacklisted_pairs(history, self.config.pairing, now)
+        blacklist = blacklisted_pairs(history, self.config.policy.pairing, now)
         out = []
         for job in queued:
             if (f"batch/{job.name}", self.state.node) in blacklist:
@@ -180,7 +226,9 @@ class BatchRuns:
                 job.workload_id = job.cgroup = None
                 self._pending(job, render_reasons(1, 0, res.reasons), now)
                 continue
-            job.status, job.started_at, job.why_pending = "running", now, None
+            self.state.move(job.name, TaskState.PLACED, now, TransitionReason.ADMITTED)
+            self.state.move(job.name, TaskState.STARTING, now, TransitionReason.START_REQUESTED)
+            job.started_at, job.why_pending = now, None
             self.store.save(self.state)  # the run exists before its process does
             if self._start(ledger, job, now):
                 out.append(job.workload_id)
@@ -188,25 +236,30 @@ class BatchRuns:
 
     def _start(self, ledger: Ledger, job: JobRecord, now: float) -> bool:
         assert job.cgroup is not None and job.workload_id is not None
-        quota = max(job.requests.get("cpu", 0.0), self.config.throttle.min_quota_cores)
+        quota = max(job.requests.get("cpu", 0.0), self.config.policy.throttle.min_quota_cores)
         self.writer.create(job.cgroup, f"admit {job.workload_id}")
         self.writer.apply(
             [
                 KnobWrite(
                     job.cgroup, Knob.CPU_QUOTA, quota, f"admit {job.workload_id}: start at its request"
                 ),
-                KnobWrite(job.cgroup, Knob.CPU_WEIGHT, self.config.throttle.batch_weight, "batch weight"),
+                KnobWrite(
+                    job.cgroup, Knob.CPU_WEIGHT, self.config.policy.throttle.batch_weight, "batch weight"
+                ),
                 *knobs.memory_writes(job),
             ]
         )
         try:
             job.pid = self.runtime.start(job, f"admit {job.workload_id}")
         except (OSError, ValueError) as e:
+            self.state.move(job.name, TaskState.FAILED, now, TransitionReason.START_FAILED)
             ledger.apply(RemoveBatch(job.workload_id, 0, ledger.node_epoch(0), RemovalCause.FAILED))
             self.runtime.cleanup(job.cgroup, f"{job.workload_id} failed to start")
-            job.status, job.why_pending = "failed", f"failed to start: {e}"
+            job.why_pending = f"failed to start: {e}"
             self.log.append("finish", now, workload=job.workload_id, status="failed", error=str(e))
             return False
+        # Popen returned: the command was exec'd (an exec failure raises above), so it is up
+        self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
         self.log.append("admit", now, workload=job.workload_id, pid=job.pid, priority=job.priority)
         return True
 

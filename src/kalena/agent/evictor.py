@@ -2,17 +2,20 @@
 
 For each victim, in plan order:
 
-1. an :class:`EvictionRecord` (id, cgroup, pids, SIGKILL deadline = now + grace) is added and
-   the state file saved: write-ahead, before anything is signalled;
+1. a batch victim's job moves to EVICTING (the core's lifecycle, reason from the victim's
+   cause), an :class:`EvictionRecord` (id, cgroup, pids, SIGKILL deadline = now + grace) is
+   added, and the state file saved: write-ahead, before anything is signalled;
 2. the ``evict`` line (the core's "why evicted", the whole plan's victim order, the trigger)
    is appended to the action log and fsynced, then the record is marked ``logged``;
 3. SIGTERM to every process of the cgroup, or SIGKILL at once when the grace is 0 (acute).
 
-Each round, :meth:`Evictor.progress` marks records whose cgroup emptied as done and sends
-SIGKILL to those past their deadline. A workload with an eviction in flight is never evicted
-again; after a restart the records say which are in flight, so a SIGKILLed agent resumes the
-grace period instead of starting a second eviction. A record whose log line may be missing
-(a crash between steps 1 and 2) is logged on recovery unless the log already has it.
+Each round, :meth:`Evictor.progress` marks records whose cgroup emptied as done (the job moves
+to EVICTED: ``exited`` if no SIGKILL was sent, ``grace-expired`` if it was, at the deadline or
+at once) and sends SIGKILL to those past their deadline. A workload with an eviction in
+flight is never evicted again; after a restart the records say which are in flight, so a
+SIGKILLed agent resumes the grace period instead of starting a second eviction. A record
+whose log line may be missing (a crash between steps 1 and 2) is logged on recovery unless
+the log already has it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.state import AgentState, EvictionRecord, StateStore
 from kalena.agent.writer import CgroupWriter
 from kalena.core.enforcement import Victim
+from kalena.core.lifecycle import TaskState, TransitionReason, eviction_reason
 
 
 class Evictor:
@@ -62,6 +66,9 @@ class Evictor:
         for v in victims:
             if self.busy(v.workload) or v.workload not in cgroup_of:
                 continue
+            job = job_of.get(v.workload)
+            if job is not None:  # before its record: an illegal move raises with nothing recorded
+                self.state.move(job, TaskState.EVICTING, now, eviction_reason(v.cause))
             self.state.eviction_seq += 1
             cg = cgroup_of[v.workload]
             rec = EvictionRecord(
@@ -74,7 +81,7 @@ class Evictor:
                 deadline=now + v.grace_period_s,
                 pids=list(self.reader.procs(cg)),
                 requeue_until=None if v.requeue is None else v.requeue.cooldown_until,
-                job=job_of.get(v.workload),
+                job=job,
             )
             self.state.evictions.append(rec)
             started.append((rec, v))
@@ -138,6 +145,7 @@ class Evictor:
         for rec in self.state.in_flight():
             remaining = self._remaining(rec)
             if not remaining:
+                self._job_evicted(rec, now)
                 rec.status, rec.finished_at = "done", now
                 self.log.append(
                     "evicted", now, id=rec.id, workload=rec.workload, after_s=now - rec.started_at
@@ -157,6 +165,15 @@ class Evictor:
             drop = {id(e) for e in finished[: len(finished) - self.max_history]}
             self.state.evictions = [e for e in self.state.evictions if id(e) not in drop]
         return done
+
+    def _job_evicted(self, rec: EvictionRecord, now: float) -> None:
+        """The evicted run's job goes EVICTED (its current run only: a job's older runs are gone)."""
+        job = None if rec.job is None else self.state.jobs.get(rec.job)
+        if job is None or job.workload_id != rec.workload:
+            return
+        killed = rec.status == "killed"  # SIGKILLed at its deadline, or at once (no grace)
+        reason = TransitionReason.GRACE_EXPIRED if killed else TransitionReason.EXITED
+        self.state.move(job.name, TaskState.EVICTED, now, reason)
 
     def next_deadline(self) -> float | None:
         deadlines = [e.deadline for e in self.state.in_flight() if e.status == "terminating"]

@@ -5,15 +5,17 @@ One :meth:`Agent.step` is one mitigation round, in core calls (``kalena/core/REA
 1. intake submissions, finish evictions (SIGKILL after the grace), reap finished runs;
 2. sample every resident (telemetry -> usage); every ``estimate_interval_s``:
    ``DecayEstimator.update_in_place`` on ``ledger.rows()`` -> ``ReservationUpdate``;
-3. ``snapshot_from_ledger`` (usage of workloads being evicted left out, so what they are about
-   to release is not counted twice) -> ``plan_evictions`` -> evictor -> ``eviction_commitments``;
-4. ``plan_anti_starvation`` -> ``plan_throttle`` -> the round's desired knobs -> the writer;
-5. ``decide_escalation`` over the recent rounds -> drain and slack-ineligible deadline;
-6. admit queued batch with ``PlaceBatch`` (the ledger is the admission check) and start it.
+3. ``view_from_ledger`` (this node, with usage, limits, start times, throttled time, evictions in
+   flight and the kernel's signals) -> the core's ``node_round``, the same round the simulator runs
+   for a whole cluster;
+4. carry the decision out: the plan's victims through the evictor (``eviction_commitments``), the
+   batch quotas and anti-starvation caps through the writer, an escalation's drain and deadline;
+5. admit queued batch with ``PlaceBatch`` (the ledger is the admission check) and start it.
 
 The loop (:meth:`Agent.run`) takes the clock and the sleeper (``wait(timeout) -> events``) as
 parameters: the product passes ``time.time`` and the PSI/memory-event poller, a test passes a
-fake clock and a sleeper that returns at once.
+fake clock and a sleeper that returns at once. The round itself reads no clock: the monotonic
+clock stamping fallback events (``monotonic``) is passed in too.
 """
 
 from __future__ import annotations
@@ -43,25 +45,22 @@ from kalena.agent.sources import EventSources
 from kalena.agent.state import AgentState, EvictionRecord, StateStore
 from kalena.agent.telemetry import TelemetrySource, UsageMeter
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope, WriteRecord
+from kalena.core.controller import NodeSignals, RoundState, node_round, spec_limits, view_from_ledger
 from kalena.core.enforcement import (
     EscalationDecision,
     EvictionPlan,
-    MitigationRound,
-    NodeSnapshot,
     StarvationDecision,
     ThrottlePlan,
     Victim,
-    decide_escalation,
     eviction_commitments,
-    plan_anti_starvation,
-    plan_evictions,
-    plan_throttle,
-    snapshot_from_ledger,
 )
+from kalena.core.enforcement.nodes import NodesView
 from kalena.core.estimators import DecayEstimator
 from kalena.core.ledger import Ledger, ReservationUpdate
 from kalena.core.model import Tier
-from kalena.core.resources import Resources
+from kalena.core.resources import DIM_INDEX, NDIM, RAM
+
+GIB = float(2**30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +105,7 @@ class Agent:
         runtime: ProcessRuntime,
         inbox: Path | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.perf_counter,
         declaration_path: Path | None = None,
     ) -> None:
         self.config = config
@@ -115,23 +115,28 @@ class Agent:
         self.declaration = declaration
         self.declaration_path = declaration_path
         self._decl_mtime = self._mtime()
-        self.meter = UsageMeter(config.starvation_window_s)
-        self.estimator = DecayEstimator(config.estimator)
+        self.meter = UsageMeter(config.policy.round.starvation_window_s)
+        self.estimator = DecayEstimator(config.policy.decay)
         self.sources = EventSources(notifier, tree, writer, log, config, clock)
         self.state = AgentState(declaration.node.name)
         self.evictor = Evictor(writer, reader, self.state, store, log, config.max_history)
         self.batch = BatchRuns(self.state, store, log, writer, reader, runtime, config, inbox)
-        self._prev_res: dict[str, Resources] = {}
-        self._last_round: tuple[float, list[str]] | None = None
+        self.monotonic = monotonic
+        self.round_state = RoundState.initial(1)
         self.ledger: Ledger | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         """Load the state file, restore capped production, rebuild the ledger, arm the triggers."""
         self.store.discard_temp_files()
-        loaded = self.store.load()
+        loaded = self.store.load(self.clock())  # stamps a lifecycle rebuilt from an old file
         if loaded is not None:
             self.state = self.evictor.state = self.batch.state = loaded
+            if loaded.round_state is not None:
+                try:
+                    self.round_state = RoundState.from_json(loaded.round_state)
+                except ValueError as e:  # cheap to lose: the allowance and rounds start afresh
+                    self.log.append("warning", self.clock(), what=f"round state not restored: {e}")
         now = self.clock()
         self.writer.scope = scope_of(self.declaration)
         self.writer.create("", "Kalena's root cgroup")
@@ -239,64 +244,96 @@ class Agent:
     # -- one round ------------------------------------------------------------------------------
     def step(self, events: Sequence[AgentEvent] = ()) -> StepReport:
         """One mitigation round at ``clock()`` (see the module docstring)."""
-        assert self.ledger is not None, "start() first"
+        if self.ledger is None:
+            raise RuntimeError("Agent.step before Agent.start")
         now = self.clock()
         self._reload(now)
         self.batch.intake(now)
         self.evictor.progress(now, self._evicted)
         finished = self.batch.reap(self.ledger, now)
-        events = (*events, *self.sources.poll_fallbacks(now, time.perf_counter()))
+        events = (*events, *self.sources.poll_fallbacks(now, self.monotonic()))
 
         usage = self._sample(now)
         estimated = self._estimate(now, usage)
-        # an eviction in flight counts as released: its usage is left out (r' = r)
-        busy = {e.workload for e in self.state.in_flight()}
-        snap_usage = {w: u for w, u in usage.items() if w not in busy}
-        production = {a.spec.id: a.cgroup for a in self.declaration.production}
-        psi = read_averages(self.reader, production.values(), self.tree.layout.v2 is not None)
-        cond = conditions(events, psi, self._memory_ratio(), self.config)
-        started_at = self._started_at()
-        snap = snapshot_from_ledger(
-            self.ledger,
-            0,
-            usage=snap_usage,
-            started_at=started_at,
-            previous_reservations=self._prev_res or None,
-            conditions=cond,
-        )
-        self._prev_res = {w: Resources.from_array(self.ledger.reservation_of(w)) for w in snap.ids}
-        plan = plan_evictions(snap, self.config.eviction, now)
-        victims = [v for v in plan.victims if not self.evictor.busy(v.workload)]
+        view = self._view(usage, events)
+        previous = self.round_state.allowance[0]
+        d = node_round(view, self.round_state, self.config.policy, now)
+        self.round_state = d.state
+        act = d.actions_of(0)
+        plan = d.eviction_plan(0)
         evicted = self._evict(
-            victims, {"trigger": self._trigger(events), **plan_summary(plan)}, snap.epoch, now
+            plan.victims, {"trigger": self._trigger(events), **plan_summary(plan)}, int(view.epoch[0]), now
         )
 
-        snap2 = snap
-        if evicted:  # the ledger changed: the throttle sees the node without the victims
-            snap2 = snapshot_from_ledger(
-                self.ledger, 0, usage=snap_usage, started_at=started_at, conditions=cond
-            )
-        cfg = self.config
-        starv = plan_anti_starvation(
-            snap2, self.meter.throttled_s(), cfg.starvation_window_s, cfg.starvation, now
-        )
-        tplan = plan_throttle(snap2, cfg.throttle, now, self.state.previous_allowance, starv.floors)
+        tplan = d.throttle_plan(0, None if math.isnan(previous) else float(previous))
+        starv = d.starvation_decision(0)
         runs = self.batch.running()
+        production = {a.spec.id: a.cgroup for a in self.declaration.production}
         writes = knobs.batch_writes(tplan, runs)
         originals = dict(self.state.production_originals)
         writes += knobs.production_writes(starv, production, self.state.production_originals, self.writer)
         if self.state.production_originals != originals:
             self.store.save(self.state)  # write-ahead: a cap is never in force without its undo saved
         records = self.writer.apply(writes)
-        self.state.previous_allowance = tplan.allowance
+        below = view.ids[d.below_request].tolist()  # the core's rule: quota below the cpu request
+        self.batch.throttled(set(below), now)  # the lifecycle: RUNNING <-> THROTTLED
         self._log_throttles(records, tplan, starv, now)
 
-        escalation = self._escalate(snap2, plan, tplan, now)
+        escalation = d.escalation_decision(0)
+        if act is not None and act.escalation is not None:
+            self._escalate(act.escalation, act.first_epoch + len(plan.victims), now)
+        self.state.round_state = self.round_state.to_json()
         admitted = self.batch.admit(self.ledger, now)
         if estimated:  # the rest (allowance, rounds, first-seen) is cheap to lose: saved every estimate
             self.store.save(self.state)
         return StepReport(
             now, tuple(events), plan, evicted, tplan, records, escalation, admitted, finished, estimated
+        )
+
+    def _view(self, usage: Mapping[str, Mapping[str, float]], events: Sequence[AgentEvent]) -> NodesView:
+        """This node as the round reads it: the ledger's rows with what the agent measured."""
+        assert self.ledger is not None
+        led = self.ledger
+        rs = led.row_arrays()
+        h = rs.high
+        use = np.full((h, NDIM), np.nan)
+        lim = np.full((h, NDIM), np.inf)
+        started = np.full(h, -np.inf)
+        throttled = np.zeros(h)
+        busy = np.zeros(h, dtype=bool)
+        starts = self._started_at()
+        meter = self.meter.throttled_s()
+        in_flight = {e.workload for e in self.state.in_flight()}
+        for row in rs.live_rows().tolist():
+            spec = rs.specs[row]
+            assert spec is not None
+            wid = spec.id
+            for dim, v in usage.get(wid, {}).items():
+                use[row, DIM_INDEX[dim]] = v
+            lim[row] = spec_limits(spec)
+            started[row] = starts.get(wid, -np.inf)
+            throttled[row] = meter.get(wid, 0.0)
+            busy[row] = wid in in_flight
+        production = [a.cgroup for a in self.declaration.production]
+        psi = read_averages(self.reader, production, self.tree.layout.v2 is not None)
+        cond = conditions(events, psi, self.config)
+        used, limit = self._node_memory()
+        signals = NodeSignals(
+            cond.triggered[None],
+            cond.acute[None],
+            cond.psi_some[None],
+            np.array([cond.memory_events], dtype=np.int64),
+            used,
+            limit,
+        )
+        return view_from_ledger(
+            led,
+            usage=use,
+            limit=lim,
+            started_at=started,
+            signals=signals,
+            throttled_s=throttled,
+            evicting=busy,
         )
 
     def _sample(self, now: float) -> dict[str, dict[str, float]]:
@@ -315,14 +352,22 @@ class Agent:
             return [e.to_json() for e in events]
         return [{"kind": "sample", "detail": f"{self.config.sample_interval_s:g} s usage sample"}]
 
-    def _memory_ratio(self) -> float | None:
-        """The node's memory (its root cgroup's working set) over its limit."""
+    def _node_memory(self) -> tuple[np.ndarray, np.ndarray]:
+        """(used, kill level) of the node, (1, 8) GiB on ram: its root cgroup's working set (NaN:
+        unknown, the round sums the rows) and the declared (or the root's own) memory limit. With no
+        known limit the kill level is unknown too (inf: the round's 95% rule cannot apply), since the
+        declared capacity is what Kalena may hand out, not where the kernel kills."""
+        used = np.full((1, NDIM), np.nan)
+        level = np.full((1, NDIM), np.nan)
+        level[0, RAM] = np.inf
         r = self.reader.read("")
-        used = r.working_set if r.working_set is not None else r.memory_usage
+        u = r.working_set if r.working_set is not None else r.memory_usage
         limit = self.declaration.memory_limit or r.memory_limit
-        if used is None or limit is None or not math.isfinite(limit) or limit <= 0:
-            return None
-        return used / limit
+        if u is not None:
+            used[0, RAM] = u / GIB
+        if limit is not None and math.isfinite(limit) and limit > 0:
+            level[0, RAM] = limit / GIB
+        return used, level
 
     def _started_at(self) -> dict[str, float]:
         out = dict(self.state.first_seen)
@@ -350,15 +395,13 @@ class Agent:
         started = self.evictor.start(victims, self.cgroup_of(), job_of, context, now)
         if not started:
             return ()
-        for rec, v in started:
-            if rec.job is not None:
-                self.state.jobs[rec.job].status = "evicting"
+        for _, v in started:
             if v.tier is Tier.BATCH:
                 self.state.eviction_history.append((v.equivalence_key, v.node, now))
         for res in self.ledger.apply_all(eviction_commitments([v for _, v in started], 0, epoch)):
             if not res.accepted:
                 self.log.append("commit-rejected", now, reasons=[reason_json(r) for r in res.reasons])
-        horizon = now - self.config.pairing.window_s
+        horizon = now - self.config.policy.pairing.window_s
         self.state.eviction_history = [e for e in self.state.eviction_history if e[2] > horizon]
         self.store.save(self.state)
         return tuple(rec.workload for rec, _ in started)
@@ -367,30 +410,9 @@ class Agent:
         self.meter.forget(rec.workload)
         self.batch.evicted(rec)
 
-    def _escalate(
-        self, snap: NodeSnapshot, plan: EvictionPlan, tplan: ThrottlePlan, now: float
-    ) -> EscalationDecision:
-        """A round's pressure persisted when the next round still sees pressure on a
-        non-compressible dimension, or cpu pressure once throttling is exhausted (every batch
-        quota at the kernel minimum): before that, the halving allowance is local mitigation
-        still converging, not failing."""
-        floor = self.config.throttle.min_quota_cores * (1 + 1e-9)
-        exhausted = bool(tplan.decisions) and all(d.quota <= floor for d in tplan.decisions)
-        dims = [p.condition.dimension for p in plan.pressures]
-        if tplan.pressured and exhausted:
-            dims.append("cpu")
-        if self._last_round is not None:
-            t_prev, dims_prev = self._last_round
-            self.state.mitigation_rounds.append((t_prev, bool(dims), dims_prev))
-            del self.state.mitigation_rounds[: -self.config.max_history]
-        self._last_round = (now, dims) if dims else None
-        history = [MitigationRound(t, p, tuple(d)) for t, p, d in self.state.mitigation_rounds]
-        decision = decide_escalation(snap, history, self.config.escalation, now)
-        if not decision.escalate:
-            return decision
+    def _escalate(self, decision: EscalationDecision, epoch: int, now: float) -> None:
+        """Carry out the round's escalation: slack-ineligible deadline, log line, drain."""
         self.state.slack_ineligible_until = decision.slack_ineligible_until
-        self.state.mitigation_rounds.clear()
-        self._last_round = None
         self.log.append(
             "escalate",
             now,
@@ -405,8 +427,7 @@ class Agent:
             "trigger": [{"kind": "escalation", "detail": "mitigation not converging"}],
             "victim_order": [v.workload for v in decision.drain],
         }
-        self._evict(decision.drain, context, snap.epoch, now)
-        return decision
+        self._evict(decision.drain, context, epoch, now)
 
     def _log_throttles(
         self, records: Sequence[WriteRecord], tplan: ThrottlePlan, starv: StarvationDecision, now: float

@@ -13,7 +13,7 @@ pressure on a shared host does not pass for this node's):
   (advisory).
 
 Memory events (v1 usage threshold and OOM eventfds, v2 ``memory.events``) count as triggers on
-ram; OOM and ``max`` are acute. Node memory above ``acute_memory_fraction`` of its limit is acute.
+ram; OOM and ``max`` are acute. Node memory against its limit is the core round's rule (``policy.round``).
 """
 
 from __future__ import annotations
@@ -94,13 +94,9 @@ def read_averages(reader: CgroupReader, production_cgroups: Iterable[str], has_v
     return PsiAverages(cpu, frac(mem, "some"), frac(mem, "full"), frac(io, "some"))
 
 
-def conditions(
-    events: Iterable[AgentEvent], psi: PsiAverages, memory_ratio: float | None, config: AgentConfig
-) -> NodeConditions:
-    """``NodeConditions`` for one mitigation round.
-
-    ``memory_ratio`` is the node's memory usage over its limit (``None`` when unknown).
-    """
+def conditions(events: Iterable[AgentEvent], psi: PsiAverages, config: AgentConfig) -> NodeConditions:
+    """``NodeConditions`` for one mitigation round: the kernel's notifications and averages. The
+    node's own memory use against its limit is the core round's rule (``node_used``), not this."""
     triggered = np.zeros(NDIM, dtype=bool)
     acute = np.zeros(NDIM, dtype=bool)
     memory_events = 0
@@ -112,8 +108,6 @@ def conditions(
                 acute[DIM_INDEX[d]] = True
         if e.kind in MEMORY_KINDS:
             memory_events += 1
-    if memory_ratio is not None and memory_ratio >= config.acute_memory_fraction:
-        acute[DIM_INDEX["ram"]] = True
     some = np.full(NDIM, np.nan)
     full = np.full(NDIM, np.nan)
     some[DIM_INDEX["cpu"]] = psi.cpu_some

@@ -2,7 +2,7 @@
 
 PSI triggers come from :func:`kalena.agent.signals.trigger_specs`; memory events are:
 
-* cgroup v1: usage-threshold eventfds on the node (``memory_event_fraction`` of its memory
+* cgroup v1: usage-threshold eventfds on the node (``policy.round.trigger_fraction`` of its memory
   limit, or of its ram capacity when no limit is declared) and on each production workload
   (at its own memory limit: the limit-breach override's fast path), plus the node's OOM
   notification;
@@ -69,7 +69,9 @@ class EventSources:
             node_limit = decl.memory_limit or decl.capacity()["ram"] * GIB
             targets: list[tuple[str, int | None, str]] = [("", None, "root:oom")]
             if math.isfinite(node_limit):
-                targets.append(("", int(node_limit * self.config.memory_event_fraction), "root:usage"))
+                targets.append(
+                    ("", int(node_limit * self.config.policy.round.trigger_fraction), "root:usage")
+                )
             for a in decl.production:
                 limit = 0.0 if a.spec.limits is None else a.spec.limits["ram"]
                 if limit > 0:

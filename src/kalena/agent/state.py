@@ -6,11 +6,16 @@ torn one. The agent saves before every side effect that must not be repeated (wr
 eviction is recorded before its SIGTERM is sent), so after a SIGKILL it knows which evictions
 are in flight and never starts one twice.
 
-Kept: submitted batch jobs and their runs, evictions (in flight and recent), the eviction
-history of the harmful-pairing rule, reservations and first-seen times (the estimator's
-memory), the batch CPU allowance, the original CPU quota of every production cgroup Kalena
-capped (so a restart restores it), the mitigation rounds of escalation, and the
-slack-ineligible deadline.
+Kept: submitted batch jobs and their runs, the jobs' lifecycle (the core's ``Lifecycle``, one
+task per job name: every job's state and its history of (state, time, reason)), evictions (in
+flight and recent), the eviction history of the harmful-pairing rule, reservations and
+first-seen times (the estimator's memory), the batch CPU allowance, the original CPU quota of
+every production cgroup Kalena capped (so a restart restores it), the mitigation rounds of
+escalation, and the slack-ineligible deadline.
+
+Version 2 keeps the lifecycle; version 1 (each job's ``status`` string: queued | running |
+evicting | done | failed) is read and upgraded: each job's task is rebuilt in the state its
+status names with one ``restored`` entry at the load time (see :func:`restore_lifecycle`).
 """
 
 from __future__ import annotations
@@ -19,16 +24,42 @@ import contextlib
 import dataclasses
 import json
 import os
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-STATE_VERSION = 1
+from kalena.core.lifecycle import Lifecycle, TaskState, Transition, TransitionReason
+
+STATE_VERSION = 2
+_READS = (1, STATE_VERSION)  # 1: job statuses as strings, no lifecycle (upgraded on load)
+
+#: A job's state in the agent's words of version 1, kept for the CLI and the action log.
+STATUS_WORDS: Mapping[TaskState, str] = MappingProxyType(
+    {
+        TaskState.PENDING: "queued",
+        TaskState.PLACED: "running",  # admitted: the agent starts it in the same pass
+        TaskState.STARTING: "running",
+        TaskState.RUNNING: "running",
+        TaskState.THROTTLED: "running",
+        TaskState.EVICTING: "evicting",
+        TaskState.EVICTED: "evicting",  # its cgroup is empty; requeued in the same call
+        TaskState.REQUEUED: "queued",  # waiting out its cooldown
+        TaskState.SUCCEEDED: "done",
+        TaskState.FAILED: "failed",
+        TaskState.CANCELLED: "cancelled",  # the agent cancels nothing today
+    }
+)
+#: The process is (or, right after a crash, may be) on the node: what ``BatchRuns.running`` holds.
+LIVE: tuple[TaskState, ...] = (TaskState.STARTING, TaskState.RUNNING, TaskState.THROTTLED)
 
 
 @dataclass
 class JobRecord:
-    """A submitted batch job and its current run (``run`` counts incarnations from 1)."""
+    """A submitted batch job and its current run (``run`` counts incarnations from 1). Its state
+    is not here: it is the job's task in :attr:`AgentState.lifecycle` (``AgentState.task``)."""
 
     name: str
     command: list[str]
@@ -39,12 +70,11 @@ class JobRecord:
     slack_memory: bool = False
     grace_s: float | None = None
     run: int = 0
-    status: str = "queued"  # queued | running | evicting | done | failed
     workload_id: str | None = None
     cgroup: str | None = None
     pid: int | None = None
     started_at: float | None = None
-    not_before: float = 0.0
+    not_before: float = 0.0  # a requeued job's cooldown ends then (REQUEUED -> PENDING)
     exit_code: int | None = None
     why_pending: str | None = None
 
@@ -70,16 +100,19 @@ class EvictionRecord:
 
 @dataclass
 class AgentState:
+    """What the agent keeps. A job's state is in ``lifecycle`` (task id = job name), never in
+    its :class:`JobRecord`: change it with :meth:`submit` and :meth:`move` only."""
+
     node: str
     version: int = STATE_VERSION
     jobs: dict[str, JobRecord] = field(default_factory=dict)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
     evictions: list[EvictionRecord] = field(default_factory=list)
     eviction_history: list[tuple[str, str, float]] = field(default_factory=list)
     reservations: dict[str, list[float]] = field(default_factory=dict)
     first_seen: dict[str, float] = field(default_factory=dict)
-    previous_allowance: float | None = None
     production_originals: dict[str, float] = field(default_factory=dict)
-    mitigation_rounds: list[tuple[float, bool, list[str]]] = field(default_factory=list)
+    round_state: dict[str, Any] | None = None  # the core round's RoundState (kalena.core.controller)
     slack_ineligible_until: float | None = None
     eviction_seq: int = 0
     last_estimate: float | None = None
@@ -87,19 +120,127 @@ class AgentState:
     def in_flight(self) -> list[EvictionRecord]:
         return [e for e in self.evictions if e.status != "done"]
 
+    # -- the jobs' lifecycle ----------------------------------------------------------------------
+    def task(self, name: str) -> TaskState:
+        return self.lifecycle.state_of(name)
+
+    def status(self, name: str) -> str:
+        """The job's state in the words of :data:`STATUS_WORDS` (CLI output, action log lines)."""
+        return STATUS_WORDS[self.task(name)]
+
+    def history(self, name: str) -> tuple[Transition, ...]:
+        return self.lifecycle.history(name)
+
+    def names_in(self, *states: TaskState) -> list[str]:
+        """The jobs in any of ``states``, in the order they were submitted."""
+        handles = sorted(h for s in states for h in self.lifecycle.in_state(s).tolist())
+        return [self.lifecycle.id_of(h) for h in handles]
+
+    def submit(self, job: JobRecord, now: float) -> None:
+        """A new job, PENDING (``submitted``). A job of that name must have ended (terminal):
+        its task and history are forgotten first, so the new one starts a fresh history."""
+        if job.name in self.jobs:
+            self.lifecycle.forget(self.lifecycle.handle(job.name))  # raises unless it ended
+        self.lifecycle.add([job.name], now)
+        self.jobs[job.name] = job
+
+    def move(self, name: str, to: TaskState, now: float, reason: TransitionReason) -> None:
+        """One job's transition; a move the core's table forbids raises ``IllegalTransition``."""
+        h = self.lifecycle.handle(name)
+        # the agent's clock is the wall clock, which NTP may step back: an entry is never put
+        # before the previous one (the lifecycle rejects time going backwards)
+        self.lifecycle.move(h, to, max(now, float(self.lifecycle.entered(h)[0])), reason)
+
+    # -- JSON -------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["jobs"] = {k: dataclasses.asdict(j) for k, j in self.jobs.items()}
+        out["evictions"] = [dataclasses.asdict(e) for e in self.evictions]
+        out["lifecycle"] = self.lifecycle.to_json()
+        return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AgentState:
-        if data.get("version") != STATE_VERSION:
-            raise ValueError(f"state file version {data.get('version')!r} is not {STATE_VERSION}")
+    def from_json(cls, data: dict[str, Any], now: float | None = None) -> AgentState:
+        """The state of :meth:`to_json`. A version 1 file is upgraded: its lifecycle is rebuilt
+        at ``now`` (default: the wall clock, the agent's clock in production)."""
+        version = data.get("version")
+        if type(version) is not int or version not in _READS:
+            raise ValueError(f"state file version {version!r} is not {STATE_VERSION} (nor 1, upgraded)")
+        if version != 1 and "lifecycle" not in data:
+            raise ValueError("lifecycle: missing")
         data = dict(data)
-        data["jobs"] = {k: JobRecord(**v) for k, v in data.get("jobs", {}).items()}
+        jobs = {k: dict(v) for k, v in data.get("jobs", {}).items()}
+        # version 1's status field defaulted to "queued"
+        words = {k: v.pop("status", "queued") for k, v in jobs.items()} if version == 1 else {}
+        data["jobs"] = {k: _job(k, v) for k, v in jobs.items()}
         data["evictions"] = [EvictionRecord(**e) for e in data.get("evictions", [])]
         data["eviction_history"] = [tuple(x) for x in data.get("eviction_history", [])]
-        data["mitigation_rounds"] = [tuple(x) for x in data.get("mitigation_rounds", [])]
+        # written by agents before the core round: their allowance and rounds are cheap to lose
+        data.pop("mitigation_rounds", None)
+        data.pop("previous_allowance", None)
+        if version == 1:
+            at = time.time() if now is None else now
+            data["lifecycle"] = restore_lifecycle(data["jobs"], words, data["evictions"], at)
+            data["version"] = STATE_VERSION
+        else:
+            data["lifecycle"] = _lifecycle_of(data["lifecycle"], data["jobs"])
         return cls(**data)
+
+
+def _job(name: str, raw: dict[str, Any]) -> JobRecord:
+    try:
+        return JobRecord(**raw)
+    except TypeError as e:  # an unknown or missing field (a status string in a version 2 file)
+        raise ValueError(f"jobs.{name}: {e}") from None
+
+
+def _lifecycle_of(raw: Any, jobs: Mapping[str, JobRecord]) -> Lifecycle:
+    lc = Lifecycle.from_json(raw)
+    ids = {lc.id_of(h) for h in range(len(lc))}
+    if ids != set(jobs):
+        odd = sorted(ids ^ set(jobs))[:10]
+        raise ValueError(f"lifecycle.ids: not the jobs' names (in one but not the other: {odd})")
+    return lc
+
+
+def restore_lifecycle(
+    jobs: Mapping[str, JobRecord],
+    words: Mapping[str, str],
+    evictions: list[EvictionRecord],
+    now: float,
+) -> Lifecycle:
+    """The lifecycle of a version 1 file: each job in the state its status names, entered at
+    ``now`` with reason ``restored`` (its history before is unknown; none is made up).
+
+    queued -> PENDING, or REQUEUED while its cooldown (``not_before``) runs; running -> RUNNING
+    (the next round says if it is throttled); evicting -> EVICTING; done -> SUCCEEDED; failed ->
+    FAILED. A run with an eviction in flight is EVICTING whatever its status says: a version 1
+    agent recorded the eviction before the status (a crash in between left "running").
+    """
+    evicting = {e.workload for e in evictions if e.status != "done"}
+    states = []
+    for name, job in jobs.items():
+        word = words[name]
+        if word == "queued":
+            state = TaskState.REQUEUED if job.not_before > now else TaskState.PENDING
+        elif word in ("running", "evicting") and job.workload_id in evicting:
+            state = TaskState.EVICTING
+        elif word in _RESTORED:
+            state = _RESTORED[word]
+        else:
+            raise ValueError(f"jobs.{name}.status: unknown status (value: {word!r})")
+        states.append(state)
+    lc = Lifecycle()
+    lc.restore(list(jobs), states, now)
+    return lc
+
+
+_RESTORED = {
+    "running": TaskState.RUNNING,
+    "evicting": TaskState.EVICTING,
+    "done": TaskState.SUCCEEDED,
+    "failed": TaskState.FAILED,
+}
 
 
 def _finite(obj: Any) -> Any:
@@ -148,13 +289,14 @@ class StateStore:
         self._last: bytes | None = None
         self.writes = 0
 
-    def load(self) -> AgentState | None:
-        """The saved state, or ``None`` if there is none. A corrupt file raises (never guessed at)."""
+    def load(self, now: float | None = None) -> AgentState | None:
+        """The saved state, or ``None`` if there is none. A corrupt file raises (never guessed at).
+        ``now``: the load time, stamped on the lifecycle rebuilt from a version 1 file."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
-        state = AgentState.from_json(_unfinite(json.loads(raw)))
+        state = AgentState.from_json(_unfinite(json.loads(raw)), now)
         self._last = raw
         return state
 

@@ -26,6 +26,7 @@ from kalena.agent.loop import StepReport
 from kalena.agent.psi import PsiTrigger, PsiUnavailable, TriggerSpec
 from kalena.agent.runtime import SubmissionError, parse_submission, submit
 from kalena.agent.state import StateStore
+from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 
 app = typer.Typer(help="The Linux node agent: cgroups, PSI, throttling and eviction.", no_args_is_help=True)
@@ -84,13 +85,14 @@ def run(
         raise _fail([f"--telemetry: must be cgroupfs or cadvisor (value: {telemetry!r})"], EXIT_BAD_INPUT)
     try:
         decl = load_declaration(declaration)
-        config = AgentConfig(
-            sample_interval_s=sample_interval,
-            estimate_interval_s=estimate_interval,
+        policy = PolicyConfig(
             eviction=EvictionConfig(
                 min_run_time_s=min_run_time, grace_period_s=grace_period, acute_grace_period_s=0.0
             ),
             escalation=EscalationConfig(rounds=escalation_rounds),
+        )
+        config = AgentConfig(
+            sample_interval_s=sample_interval, estimate_interval_s=estimate_interval, policy=policy
         )
     except DeclarationError as e:
         raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
@@ -220,7 +222,8 @@ def status(state_dir: StateDir) -> None:
     out = {
         "node": state.node,
         "jobs": {
-            n: {"status": j.status, "run": j.run, "why_pending": j.why_pending} for n, j in state.jobs.items()
+            n: {"status": state.status(n), "run": j.run, "why_pending": j.why_pending}
+            for n, j in state.jobs.items()
         },
         "evictions_in_flight": [e.id for e in state.in_flight()],
         "evictions": len(state.evictions),
