@@ -19,6 +19,7 @@ Latency = t1 - t0. Trials whose round wrote no quota are not counted (reported).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -107,7 +108,7 @@ def main() -> None:
             start = time.monotonic()
             while len(latencies) < args.trials and time.monotonic() - start < args.max_seconds:
                 # reset: batch back to the whole node, allowance forgotten: the next round must cut
-                agent.state.previous_allowance = None
+                agent.round_state = dataclasses.replace(agent.round_state, allowance=np.full(1, np.nan))
                 owner.forget(batch)
                 owner.apply([KnobWrite(batch, Knob.CPU_QUOTA, float(ncpu), "bench reset")])
                 agent.writer.forget(batch)

@@ -102,9 +102,13 @@ def nodes_views(draw: st.DrawFn, max_nodes: int = 4, max_rows: int = 6) -> Nodes
     rows: list[tuple[int, dict]] = []
     for k in range(n):
         rows.extend((k, draw(_row())) for _ in range(draw(st.integers(0, max_rows))))
+    # free slots among the rows, as a shell with a free list has them: garbage a policy must ignore
+    holes = draw(st.integers(0, 3))
+    rows.extend((draw(st.integers(0, n - 1)), {**draw(_row()), "absent": True}) for _ in range(holes))
     perm = draw(st.permutations(range(len(rows)))) if rows else []
     rows = [rows[i] for i in perm]
     w = len(rows)
+    present = np.array([not r.get("absent", False) for _, r in rows], dtype=bool)
 
     def col(key: str, dtype: type) -> np.ndarray:
         return np.array([r[key] for _, r in rows], dtype=dtype).reshape(
@@ -131,7 +135,7 @@ def nodes_views(draw: st.DrawFn, max_nodes: int = 4, max_rows: int = 6) -> Nodes
         capacity=cap,
         epoch=np.array([draw(st.integers(0, 5)) for _ in range(n)], dtype=np.int64),
         node=np.array([k for k, _ in rows], dtype=np.int64),
-        ids=np.array([f"w{i}" for i in range(w)], dtype=object),
+        ids=np.array([f"w{i}" if present[i] else "" for i in range(w)], dtype=object),
         keys=np.array([f"k{i % 3}" for i in range(w)], dtype=object),
         is_batch=col("is_batch", bool),
         is_daemonset=col("is_daemonset", bool),
@@ -149,4 +153,5 @@ def nodes_views(draw: st.DrawFn, max_nodes: int = 4, max_rows: int = 6) -> Nodes
         acute=acute,
         psi_some=psi,
         memory_events=np.array([draw(st.sampled_from([0, 0, 1])) for _ in range(n)], dtype=np.int64),
+        present=present if holes else None,
     ).check()

@@ -60,6 +60,7 @@ def _evolve(view: NodesView, decision: RoundDecision, t: float) -> NodesView:
         acute=view.acute,
         psi_some=view.psi_some,
         memory_events=view.memory_events,
+        present=None if view.present is None else view.present[keep],
     )
 
 
@@ -76,6 +77,7 @@ def _per_row(view: NodesView, d: RoundDecision) -> dict[str, tuple]:
             bool(d.gone[i]),
         )
         for i, wid in enumerate(view.ids.tolist())
+        if view.live[i]  # a free slot is nobody: nothing is decided about it
     }
 
 
@@ -114,6 +116,9 @@ def test_vectorised_round_equals_one_node_rounds(view: NodesView, rounds: int) -
         now = 100.0 + 20.0 * r
         d = node_round(view, whole, CFG, now)
         rows = _per_row(view, d)
+        free = ~view.live  # free slots get nothing: no quota, no cap, never gone
+        assert not d.gone[free].any() and np.isinf(d.starvation.cap[free]).all()
+        assert view.live[d.throttle.rows].all()
         for k in range(view.n_nodes):
             one = node_view(view, k)
             dk = node_round(one, parts[k], CFG, now)
@@ -129,7 +134,11 @@ def test_vectorised_round_equals_one_node_rounds(view: NodesView, rounds: int) -
 @given(nodes_views(max_nodes=1))
 def test_one_node_wrappers_are_the_vectorised_policies(view: NodesView) -> None:
     snap = view.snapshot(0)
-    throttled = {str(w): float(t) for w, t in zip(view.ids, view.throttled_s, strict=True) if t > 0}
+    throttled = {
+        str(w): float(t)
+        for w, t, here in zip(view.ids, view.throttled_s, view.live, strict=True)
+        if t > 0 and here
+    }
     # the snapshot carries no evictions in flight: compare with a view that has none
     plain = NodesView.of_snapshots([snap], throttled_s=[throttled])
     s = starvation_nodes(plain, 300.0, CFG.starvation)

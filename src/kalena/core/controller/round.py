@@ -169,8 +169,10 @@ class RoundDecision:
 def node_signals(view: NodesView, config: RoundConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(acute, triggered)`` (N, 8): the kernel's signals plus the rule of step 1."""
     n = view.n_nodes
+    rows = np.flatnonzero(view.live) if view.present is not None else slice(None)
+    on = view.node[rows]
     summed = np.stack(
-        [np.bincount(view.node, weights=np.nan_to_num(view.usage[:, d]), minlength=n) for d in _NC], axis=1
+        [np.bincount(on, weights=np.nan_to_num(view.usage[rows, d]), minlength=n) for d in _NC], axis=1
     )
     used = summed
     if view.node_used is not None:
@@ -296,10 +298,15 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
 
 def _next_state(view: NodesView, allowance: np.ndarray, runs: EscalationRuns) -> RoundState:
     """What the next round needs; the row columns are copied (a view may alias the ledger's arrays)."""
+    if view.present is None:
+        slot, ids, res = view.slot, view.ids, view.reservation
+    else:
+        here = np.flatnonzero(view.live)
+        slot, ids, res = view.slot[here], view.ids[here], view.reservation[here]
     return RoundState(
         np.asarray(allowance, dtype=np.float64),
         runs,
-        np.array(view.slot, dtype=np.int64),
-        np.array(view.ids, dtype=object),
-        np.array(view.reservation, dtype=np.float64),
+        np.array(slot, dtype=np.int64),
+        np.array(ids, dtype=object),
+        np.array(res, dtype=np.float64),
     )

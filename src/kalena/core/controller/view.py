@@ -73,29 +73,38 @@ def view_from_ledger(
     ``R`` >= the ledger's highest row; rows the shell has no entry for must hold NaN usage, inf
     limit, -inf start, 0 throttled, False evicting. DaemonSets are outside the ledger: none here.
 
-    Where the rows are exactly ``0..W-1`` the columns are slices of the ledger's and the shell's
-    arrays (no copies): the view is then valid until the next commitment or shell write, which is
-    all a round needs. A shell that reads the decision's view after carrying it out passes ``copy``.
+    By default the view spans every slot up to the ledger's highest row, holes masked by
+    ``present``, and its columns are slices of the ledger's and the shell's arrays (no copies): it
+    is valid until the next commitment or shell write, which is all a round needs. A shell that
+    reads the decision's view after carrying it out passes ``copy`` (the live rows, gathered).
     """
     rs = ledger.row_arrays()
-    rows = rs.live_rows() if rows is None else rows
-    w = len(rows)
-    if not copy and w and int(rows[-1]) == w - 1:  # rows 0..w-1, all live: slices, no copies
-        cut = slice(0, w)
+    present = None
+    if rows is None and not copy:  # every slot up to the highest, holes masked: slices, no copies
+        h = rs.high
+        rows = np.arange(h)
+        cut = slice(0, h)
+        alive = rs.alive[:h]
+        if not alive.all():
+            present = alive
+        node = np.maximum(rs.node[:h], 0) if present is not None else rs.node[:h]
 
         def col(a: np.ndarray) -> np.ndarray:
             return a[cut]
 
     else:
+        rows = rs.live_rows() if rows is None else rows
+        node = np.take(rs.node, rows)
 
         def col(a: np.ndarray) -> np.ndarray:
             return np.take(a, rows, axis=0)
 
+    w = len(rows)
     return NodesView(
         names=ledger.node_names,
         capacity=ledger.capacity,
         epoch=ledger.node_epochs,
-        node=col(rs.node),
+        node=node,
         ids=col(rs.ids),
         keys=col(rs.keys),
         is_batch=col(rs.is_batch),
@@ -116,4 +125,5 @@ def view_from_ledger(
         memory_events=signals.memory_events,
         node_used=signals.node_used,
         node_limit=signals.node_limit,
+        present=present,
     )

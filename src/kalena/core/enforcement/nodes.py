@@ -51,6 +51,10 @@ class NodesView:
     ``started_at`` (W,) (-inf unknown), ``throttled_s`` (W,), ``slot`` (W,): a key the shell
     keeps stable while the workload stays (its ledger row), for state carried between rounds.
 
+    ``present`` (W,), optional: rows that hold a workload. A shell whose rows are slots of a
+    store with holes (the ledger's free list) passes every slot and this mask instead of gathering
+    the live rows; an absent row (any node index, NaN usage) is ignored by every policy.
+
     Arrays are taken as given (no copies: the simulator builds one per tick); :meth:`check`
     validates shapes and values and the tests call it. Treat the arrays as read-only.
     """
@@ -79,6 +83,7 @@ class NodesView:
     memory_events: np.ndarray
     node_used: np.ndarray | None = None
     node_limit: np.ndarray | None = None
+    present: np.ndarray | None = None
     _cache: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
 
     @property
@@ -100,10 +105,13 @@ class NodesView:
             raise ValueError(f"NodesView.node must index the {n} nodes")
         for name in ("ids", "keys"):
             _col(getattr(self, name), object, (w,), name)
-        if len(set(np.asarray(self.ids, dtype=object).tolist())) != w:
+        here = self.live
+        if len(set(np.asarray(self.ids, dtype=object)[here].tolist())) != int(here.sum()):
             raise ValueError("NodesView.ids must be unique")
         for name in ("is_batch", "is_daemonset", "slack_cpu", "evicting"):
             _col(getattr(self, name), bool, (w,), name)
+        if self.present is not None:
+            _col(self.present, bool, (w,), "present")
         _col(self.priority, np.int64, (w,), "priority")
         _col(self.slot, np.int64, (w,), "slot")
         for name in ("request", "reservation", "limit", "usage"):
@@ -143,8 +151,21 @@ class NodesView:
         return a
 
     @property
+    def live(self) -> np.ndarray:
+        """Rows that hold a workload (all of them unless ``present`` says otherwise)."""
+        return self._memo(
+            "live",
+            lambda: (
+                np.ones(len(self.node), dtype=bool)
+                if self.present is None
+                else np.asarray(self.present, bool)
+            ),
+        )
+
+    @property
     def in_ledger(self) -> np.ndarray:
-        return self._memo("in_ledger", lambda: ~np.asarray(self.is_daemonset, dtype=bool))
+        """Rows counted by the ledgers: present, and not a DaemonSet."""
+        return self._memo("in_ledger", lambda: self.live & ~np.asarray(self.is_daemonset, dtype=bool))
 
     @property
     def seen_usage(self) -> np.ndarray:
@@ -167,10 +188,15 @@ class NodesView:
         return self._memo("effective", make)
 
     def rows_of(self, n: int) -> np.ndarray:
-        """Row indices of node ``n``, in view order."""
-        order = self._memo("order", lambda: np.argsort(self.node, kind="stable"))
-        bounds = self._memo("bounds", lambda: np.searchsorted(self.node[order], np.arange(self.n_nodes + 1)))
-        return order[bounds[n] : bounds[n + 1]]
+        """Row indices of node ``n`` (present rows only), in view order."""
+
+        def order() -> np.ndarray:
+            rows = np.flatnonzero(self.live)
+            return rows[np.argsort(self.node[rows], kind="stable")]
+
+        o = self._memo("order", order)
+        bounds = self._memo("bounds", lambda: np.searchsorted(self.node[o], np.arange(self.n_nodes + 1)))
+        return o[bounds[n] : bounds[n + 1]]
 
     def conditions_of(self, n: int, acute: np.ndarray, triggered: np.ndarray) -> NodeConditions:
         return NodeConditions(
