@@ -9,6 +9,7 @@ processes (their cgroup.procs is a plain file here).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -191,19 +192,109 @@ def harness(tmp_path, fake_host):
         h.kill_all()
 
 
-def test_admission_is_the_ledger_and_pending_says_why(harness):
+def test_admission_is_the_cores_schedule_and_pending_says_why(harness):
     h = harness()
     h.agent.start()
     h.submit("a", 1, ram_mib=300)
     h.submit("b", 2, ram_mib=300)
     h.submit("c", 3, ram_mib=300)  # 256 (prod) + 3 x 300 > 1024 - 64 (the DaemonSet)
     r = h.step()
-    assert r.admitted == ("batch/a.1", "batch/b.1")
-    assert h.agent.state.status("c") == "queued"
-    assert "Insufficient ram" in h.agent.state.jobs["c"].why_pending
-    assert [p["job"] for p in h.log("pending")] == ["c"]
+    assert r.admitted == ("batch/c.1", "batch/b.1")  # the core's order: highest priority first
+    assert h.agent.state.status("a") == "queued"
+    a = h.agent.state.jobs["a"]
+    assert a.why_pending == "0/1 nodes are available: 1 Insufficient ram."
+    assert a.why_pending_codes == ["insufficient-resource"] and a.run == 0
+    assert [(p["job"], p["codes"]) for p in h.log("pending")] == [("a", ["insufficient-resource"])]
     h.step()
     assert len(h.log("pending")) == 1  # the same reason is logged once
+
+
+def test_a_higher_priority_job_submitted_later_is_admitted_first(harness):
+    h = harness()
+    h.agent.start()
+    h.submit("early", 1, ram_mib=500)
+    h.submit("late", 5, ram_mib=500)  # only one of the two fits
+    assert h.step().admitted == ("batch/late.1",)
+    assert h.agent.state.status("early") == "queued" and h.agent.state.status("late") == "running"
+    assert h.agent.state.jobs["early"].why_pending_codes == ["insufficient-resource"]
+
+
+def test_a_harmful_pairing_keeps_the_job_pending_until_it_expires(harness):
+    h = harness()
+    h.agent.start()
+    window = h.config.policy.pairing.window_s
+    t0 = h.clock.t
+    for i in range(h.config.policy.pairing.max_evictions):  # evicted from this node too often
+        h.agent.batch.evicted_from_node("batch/x", t0 - 10 + i, None)
+    h.submit("x", 1)
+    h.submit("y", 1)  # another class: not blacklisted
+    assert h.step().admitted == ("batch/y.1",)
+    x = h.agent.state.jobs["x"]
+    assert x.why_pending == "0/1 nodes are available: 1 Harmful pairing."
+    assert x.why_pending_codes == ["harmful-pairing"]
+    logged = h.log("pending")[-1]
+    assert (logged["job"], logged["why"], logged["codes"]) == ("x", x.why_pending, ["harmful-pairing"])
+    h.clock.t = t0 - 10 + window  # the oldest of the three leaves the window: forgiven
+    assert h.step().admitted == ("batch/x.1",)
+    assert h.agent.state.jobs["x"].why_pending is None and h.agent.state.jobs["x"].why_pending_codes is None
+
+
+def test_slack_ineligibility_keeps_jobs_pending_until_its_deadline_and_survives_a_restart(harness):
+    h = harness()
+    h.agent.start()
+    until = h.clock.t + 100
+    h.agent.batch.escalated(until)
+    h.submit("a", 1)
+    assert h.step().admitted == ()
+    a = h.agent.state.jobs["a"]
+    assert a.why_pending == "0/1 nodes are available: 1 Node slack ineligible."
+    assert a.why_pending_codes == ["node-slack-ineligible"]
+    assert h.agent.state.slack_deadline() == until
+    h.make()  # a new agent process: the deadline is in the state file (the keeper's JSON)
+    h.agent.start()
+    assert h.step().admitted == () and h.agent.batch.keeper.ineligible_until[0] == until
+    h.clock.t = until
+    assert h.step().admitted == ("batch/a.1",)
+
+
+def test_a_state_file_from_before_the_keeper_is_folded_into_it(harness):
+    h = harness()
+    h.agent.start()
+    h.submit("x", 1)
+    t = h.clock.t
+    h.agent.state.eviction_history = [
+        ("batch/x", "n1", t - 3),
+        ("batch/x", "n1", t - 2),
+        ("batch/x", "n1", t - 1),
+    ]
+    h.agent.state.placement_context = None
+    h.agent.store.save(h.agent.state)
+    data = json.loads((h.state_dir / "state.json").read_text())
+    data.pop("placement_context")
+    data["slack_ineligible_until"] = t + 5.0
+    (h.state_dir / "state.json").write_text(json.dumps(data))
+    h.make()
+    h.agent.start()
+    keeper, state = h.agent.batch.keeper, h.agent.state
+    assert [e.time for e in keeper.history] == [t - 3, t - 2, t - 1] and keeper.ineligible_until[0] == t + 5
+    assert state.eviction_history == [] and state.slack_ineligible_until is None
+    h.step()
+    assert state.jobs["x"].why_pending_codes == ["node-slack-ineligible"]
+    h.clock.t = t + 5.0
+    h.step()
+    assert state.jobs["x"].why_pending_codes == ["harmful-pairing"]
+
+
+def test_a_corrupt_scheduling_context_refuses_to_load(harness):
+    h = harness()
+    h.agent.start()
+    data = json.loads((h.state_dir / "state.json").read_text())
+    data["placement_context"]["cooldowns"] = [["batch/x", "elsewhere", 1.0]]
+    (h.state_dir / "state.json").write_text(json.dumps(data))
+    with pytest.raises(
+        ValueError, match=r"placement_context: scheduling context cooldowns\[0\]: node 'elsewhere'"
+    ):
+        StateStore(h.state_dir / "state.json").load()
 
 
 EAGER = PolicyConfig(eviction=EvictionConfig(min_run_time_s=0))  # no batch is too young to evict
@@ -292,7 +383,9 @@ def test_escalation_drains_batch_and_makes_the_node_slack_ineligible(harness):
     assert esc["drain"] == ["batch/a.1"] and esc["reason"]["code"] == "mitigation-not-converging"
     h.submit("b", 1, ram_mib=10)
     h.step()
-    assert "slack-ineligible" in h.agent.state.jobs["b"].why_pending
+    b = h.agent.state.jobs["b"]
+    assert b.why_pending == "0/1 nodes are available: 1 Node slack ineligible."
+    assert b.why_pending_codes == ["node-slack-ineligible"]
 
 
 def test_run_steps_on_ticks_and_on_events(harness):

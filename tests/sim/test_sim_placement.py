@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kalena.sim.placement import BatchQueue, fit_counts, fit_counts_many
+from kalena.core.enforcement import PairingConfig
+from kalena.core.placement import PlacementConfig
+from kalena.sim.batch import BatchTasks
+from kalena.sim.placement import BatchQueue, PlacementShell, fit_counts, fit_counts_many
+from kalena.testing.builders import batch, node
+from kalena.testing.clusters import ledger_of
 
 # (id, request (cpu, ram), slack rows, counts)
 COUNTS = [
@@ -41,3 +46,37 @@ def test_fit_counts_many_equals_fit_counts_row_by_row():
     many = fit_counts_many(reqs, slack)
     for k in range(len(reqs)):
         assert many[k].tolist() == fit_counts(reqs[k], slack).tolist()
+
+
+def _tasks(specs: list) -> BatchTasks:
+    n = len(specs)
+    zeros = np.zeros(n)
+    return BatchTasks(
+        job=np.arange(n),
+        submit=zeros,
+        requests=np.array([s.requests.array() for s in specs]),
+        priority=np.array([s.priority for s in specs]),
+        nominal=zeros,
+        work=zeros,
+        demand=zeros,
+        ram_use=zeros,
+        warm=np.zeros(n, dtype=bool),
+        specs=tuple(specs),
+    )
+
+
+def test_the_shell_keeps_its_context_in_the_cores_keeper():
+    ledger = ledger_of([node("n0", cpu=8, ram=16), node("n1", cpu=8, ram=16)])
+    shell = PlacementShell(ledger, PlacementConfig(), PairingConfig(max_evictions=1, window_s=100.0))
+    shell.keeper.ineligible(1, 50.0)  # what the engine does on an escalation
+    assert shell.keeper.ineligible_until.tolist() == [-np.inf, 50.0]
+    shell.evicted("j/a", 0, 10.0, 20.0)  # one strike: also a harmful pairing here
+    tasks = _tasks([batch("j/a-0", owner="j/a", cpu=1)])
+    queue = BatchQueue()
+    queue.add("j/a", 0)
+    assert shell.select(queue, tasks, 15.0) == []  # n0 blacklisted and cooling, n1 ineligible
+    assert shell.blacklist == {("j/a", 0)} and dict(shell.cooldowns) == {("j/a", 0): 20.0}
+    assert shell.select(queue, tasks, 50.0) == [0]  # n1 is eligible again
+    d = shell.run([0], tasks, 50.0, np.random.default_rng(0))
+    assert [p.node for p in d.placements] == [1] and shell.stats["pods_sent"] == 1
+    assert dict(shell.cooldowns) == {}  # over at 20

@@ -12,7 +12,8 @@ name; each change below is a move of the core's table, so an illegal one raises:
     throttled     RUNNING <-> THROTTLED (throttled | unthrottled): quota below its cpu request
     evictor       LIVE -> EVICTING (the victim's cause) -> EVICTED (exited | grace-expired)
     evicted       EVICTED -> REQUEUED (requeued), the cooldown in ``JobRecord.not_before``
-    admit         REQUEUED -> PENDING (cooldown-over) at the first admission pass after it
+    admit         REQUEUED -> PENDING (cooldown-over) at the first admission pass after it;
+                  PENDING -> PLACED for each ``PlaceBatch`` of the core's ``schedule``
     rebuild       LIVE -> EVICTING (readmission-rejected): the rebuilt ledger cannot hold it
 
 (LIVE: STARTING, RUNNING, THROTTLED.) A job's name may be submitted again once it ended; its
@@ -20,10 +21,16 @@ old task and history are forgotten (``Lifecycle.forget``).
 
 * intake: submissions from the inbox are recorded in the state file before their files are
   deleted (never lost, never taken twice);
-* admission: PENDING jobs in submission order while the node is slack-eligible and the pair
-  (job, node) is not blacklisted (harmful pairing); the ledger's ``PlaceBatch`` is the fit check,
-  and a rejection is the job's "why pending" (rendered from the ledger's reasons). The run's
-  knobs are written before its process starts, so it never runs unthrottled;
+* admission: the PENDING jobs (their next runs as batch ``WorkloadSpec``s) go through the core's
+  ``schedule`` on the one-node ledger, with the context of the core's ``ContextKeeper``: the
+  core's priority order and every filter, so slack-ineligibility after an escalation and a
+  harmful pairing (the job evicted from this node too often) are the ``SlackEligible`` and
+  ``HarmfulPairing`` filters. Its ``PlaceBatch``es are applied with ``ledger.apply_all``; a job
+  left pending keeps the core's "why pending" (message and reason codes, logged when they
+  change). The run's knobs are written before its process starts, so it never runs unthrottled;
+* the keeper (eviction history, cooldowns, the slack-ineligible deadline) is fed by the loop
+  through :meth:`BatchRuns.evicted_from_node` and :meth:`BatchRuns.escalated` and kept in the
+  state file as its JSON (``AgentState.placement_context``);
 * each run is a new workload id ``batch/<job>.<run>`` in cgroup ``batch/<job>.<run>``: an
   eviction is of one run, and a requeued job is a new run.
 """
@@ -34,6 +41,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kalena.agent import knobs
 from kalena.agent.actionlog import ActionLog, reason_json
 from kalena.agent.cgroupfs import CgroupReader
@@ -41,18 +50,20 @@ from kalena.agent.config import AgentConfig
 from kalena.agent.runtime import ProcessRuntime, read_inbox, take
 from kalena.agent.state import LIVE, AgentState, EvictionRecord, JobRecord, StateStore
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite
-from kalena.core.enforcement import EvictionCause, EvictionEvent, blacklisted_pairs
+from kalena.core.enforcement import EvictionCause
 from kalena.core.ledger import Ledger, PlaceBatch, RemovalCause, RemoveBatch
 from kalena.core.lifecycle import TaskState, TransitionReason, eviction_reason
 from kalena.core.model import Tier, WorkloadSpec
+from kalena.core.placement import ContextKeeper, schedule
 from kalena.core.resources import Resources
-from kalena.core.verdict import render_reasons
+from kalena.core.verdict import Reason, render_reasons
 
 
-def batch_spec(job: JobRecord) -> WorkloadSpec:
-    """The current run of ``job`` as the core sees it (owner = the job: its equivalence key)."""
+def batch_spec(job: JobRecord, workload_id: str | None = None) -> WorkloadSpec:
+    """The current run of ``job`` (or the run ``workload_id``) as the core sees it (owner = the
+    job: its equivalence key)."""
     return WorkloadSpec(
-        id=job.workload_id or "",
+        id=workload_id or job.workload_id or "",
         requests=Resources.from_mapping(job.requests),
         limits=None if job.limits is None else Resources.from_mapping(job.limits),
         tier=Tier.BATCH,
@@ -74,10 +85,58 @@ class BatchRuns:
         runtime: ProcessRuntime,
         config: AgentConfig,
         inbox: Path | None,
+        rng: np.random.Generator | None = None,
     ) -> None:
-        self.state, self.store, self.log = state, store, log
+        self.store, self.log = store, log
         self.writer, self.reader, self.runtime = writer, reader, runtime
         self.config, self.inbox = config, inbox
+        # schedule takes a generator; relaxed randomisation never applies to one node, so any seed does
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.state = state  # builds the keeper from it (the setter)
+
+    # -- the scheduling context -----------------------------------------------------------------
+    @property
+    def state(self) -> AgentState:
+        return self._state
+
+    @state.setter
+    def state(self, state: AgentState) -> None:
+        """Take ``state`` (at start: the loaded one) and its keeper, folding legacy fields into it."""
+        self._state = state
+        raw, pairing = state.placement_context, self.config.policy.pairing
+        self.keeper = (
+            ContextKeeper([state.node], pairing) if raw is None else ContextKeeper.from_json(raw, pairing)
+        )
+        self._fold_legacy()
+        self._sync()
+
+    def _fold_legacy(self) -> None:
+        """Move ``eviction_history`` / ``slack_ineligible_until`` (a file from before the keeper, or
+        a loop still writing them) into the keeper; both are empty afterwards (one copy)."""
+        st = self._state
+        for key, node, t in st.eviction_history:
+            if node == st.node:  # an event of another node name never applied to this one
+                self.keeper.evicted(key, 0, t)
+        st.eviction_history = []
+        if st.slack_ineligible_until is not None:
+            self.keeper.ineligible(0, st.slack_ineligible_until)
+            st.slack_ineligible_until = None
+
+    def _sync(self) -> None:
+        self._state.placement_context = self.keeper.to_json()
+
+    def evicted_from_node(self, key: str, now: float, cooldown_until: float | None) -> None:
+        """A run of equivalence class ``key`` was evicted from this node at ``now`` (it may not
+        return before ``cooldown_until``; ``None``: no cooldown): the harmful-pairing history."""
+        self.keeper.evicted(key, 0, now, cooldown_until)
+        self._sync()
+
+    def escalated(self, until: float) -> None:
+        """Escalation made this node slack-ineligible until ``until``; saved at once (write-ahead
+        of the drain that follows)."""
+        self.keeper.ineligible(0, until)
+        self._sync()
+        self.store.save(self._state)
 
     def running(self) -> dict[str, JobRecord]:
         """Workload id -> job, for every run whose process is (or may be) on the node (LIVE)."""
@@ -197,41 +256,39 @@ class BatchRuns:
 
     # -- admission ------------------------------------------------------------------------------
     def admit(self, ledger: Ledger, now: float) -> tuple[str, ...]:
+        """One scheduling pass over the PENDING jobs (module docstring); returns the runs started."""
         for name in self.state.names_in(TaskState.REQUEUED):
             if self.state.jobs[name].not_before <= now:
                 self.state.move(name, TaskState.PENDING, now, TransitionReason.COOLDOWN_OVER)
-        queued = sorted(
-            (self.state.jobs[n] for n in self.state.names_in(TaskState.PENDING)),
-            key=lambda j: (j.submitted_at, j.name),
-        )
-        if not queued:
+        self._fold_legacy()  # a loop writing the legacy fields (until it calls the methods above)
+        self.keeper.refresh(now)  # prunes the history kept in the state file even with nothing queued
+        self._sync()
+        jobs: dict[str, JobRecord] = {}  # the next run's workload id -> its job
+        for name in self.state.names_in(TaskState.PENDING):
+            job = self.state.jobs[name]
+            jobs[f"batch/{job.name}.{job.run + 1}"] = job
+        if not jobs:
             return ()
-        until = self.state.slack_ineligible_until
-        if until is not None and now < until:
-            for j in queued:
-                self._pending(j, f"node slack-ineligible until {until:.0f} (escalation)", now)
-            return ()
-        history = [EvictionEvent(k, n, t) for k, n, t in self.state.eviction_history]
-        blacklist = blacklisted_pairs(history, self.config.policy.pairing, now)
+        pods = [batch_spec(j, wid) for wid, j in jobs.items()]
+        context = self.keeper.context(now, pods)
+        decision = schedule(pods, ledger, context, self.config.policy.placement, self.rng)
+        for why in decision.pending:
+            self._pending(jobs[why.workload_id], why.message, why.reasons, now)
         out = []
-        for job in queued:
-            if (f"batch/{job.name}", self.state.node) in blacklist:
-                self._pending(job, "harmful pairing: evicted from this node too often", now)
+        for res in ledger.apply_all(decision.placements):
+            wid = res.commitment.workload.id  # type: ignore[union-attr]
+            job = jobs[wid]
+            if not res.accepted:  # stale: the ledger moved under the pass (not expected on one node)
+                self._pending(job, render_reasons(1, 0, res.reasons), res.reasons, now)
                 continue
             job.run += 1
-            job.workload_id = job.cgroup = f"batch/{job.name}.{job.run}"
-            res = ledger.apply(PlaceBatch(batch_spec(job), 0, ledger.node_epoch(0)))
-            if not res.accepted:
-                job.run -= 1
-                job.workload_id = job.cgroup = None
-                self._pending(job, render_reasons(1, 0, res.reasons), now)
-                continue
+            job.workload_id = job.cgroup = wid
             self.state.move(job.name, TaskState.PLACED, now, TransitionReason.ADMITTED)
             self.state.move(job.name, TaskState.STARTING, now, TransitionReason.START_REQUESTED)
-            job.started_at, job.why_pending = now, None
+            job.started_at, job.why_pending, job.why_pending_codes = now, None, None
             self.store.save(self.state)  # the run exists before its process does
             if self._start(ledger, job, now):
-                out.append(job.workload_id)
+                out.append(wid)
         return tuple(out)
 
     def _start(self, ledger: Ledger, job: JobRecord, now: float) -> bool:
@@ -263,7 +320,9 @@ class BatchRuns:
         self.log.append("admit", now, workload=job.workload_id, pid=job.pid, priority=job.priority)
         return True
 
-    def _pending(self, job: JobRecord, why: str, now: float) -> None:
-        if job.why_pending != why:
-            job.why_pending = why
-            self.log.append("pending", now, job=job.name, why=why)
+    def _pending(self, job: JobRecord, why: str, reasons: Sequence[Reason], now: float) -> None:
+        """Keep the core's answer on the job; log it when it changed."""
+        codes = list(dict.fromkeys(r.code.value for r in reasons))
+        if job.why_pending != why or job.why_pending_codes != codes:
+            job.why_pending, job.why_pending_codes = why, codes
+            self.log.append("pending", now, job=job.name, why=why, codes=codes)

@@ -10,7 +10,8 @@ One :meth:`Agent.step` is one mitigation round, in core calls (``kalena/core/REA
    for a whole cluster;
 4. carry the decision out: the plan's victims through the evictor (``eviction_commitments``), the
    batch quotas and anti-starvation caps through the writer, an escalation's drain and deadline;
-5. admit queued batch with ``PlaceBatch`` (the ledger is the admission check) and start it.
+5. admit queued batch through the core's ``schedule`` (priority order, every filter, the context
+   of the core's ``ContextKeeper``) and start it.
 
 The loop (:meth:`Agent.run`) takes the clock and the sleeper (``wait(timeout) -> events``) as
 parameters: the product passes ``time.time`` and the PSI/memory-event poller, a test passes a
@@ -396,13 +397,12 @@ class Agent:
         if not started:
             return ()
         for _, v in started:
-            if v.tier is Tier.BATCH:
-                self.state.eviction_history.append((v.equivalence_key, v.node, now))
+            if v.tier is Tier.BATCH:  # the harmful-pairing history (and the cooldown) in the keeper
+                until = None if v.requeue is None else v.requeue.cooldown_until
+                self.batch.evicted_from_node(v.equivalence_key, now, until)
         for res in self.ledger.apply_all(eviction_commitments([v for _, v in started], 0, epoch)):
             if not res.accepted:
                 self.log.append("commit-rejected", now, reasons=[reason_json(r) for r in res.reasons])
-        horizon = now - self.config.policy.pairing.window_s
-        self.state.eviction_history = [e for e in self.state.eviction_history if e[2] > horizon]
         self.store.save(self.state)
         return tuple(rec.workload for rec, _ in started)
 
@@ -412,7 +412,8 @@ class Agent:
 
     def _escalate(self, decision: EscalationDecision, epoch: int, now: float) -> None:
         """Carry out the round's escalation: slack-ineligible deadline, log line, drain."""
-        self.state.slack_ineligible_until = decision.slack_ineligible_until
+        if decision.slack_ineligible_until is not None:
+            self.batch.escalated(decision.slack_ineligible_until)
         self.log.append(
             "escalate",
             now,

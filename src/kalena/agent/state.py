@@ -6,12 +6,17 @@ torn one. The agent saves before every side effect that must not be repeated (wr
 eviction is recorded before its SIGTERM is sent), so after a SIGKILL it knows which evictions
 are in flight and never starts one twice.
 
-Kept: submitted batch jobs and their runs, the jobs' lifecycle (the core's ``Lifecycle``, one
-task per job name: every job's state and its history of (state, time, reason)), evictions (in
-flight and recent), the eviction history of the harmful-pairing rule, reservations and
-first-seen times (the estimator's memory), the batch CPU allowance, the original CPU quota of
-every production cgroup Kalena capped (so a restart restores it), the mitigation rounds of
-escalation, and the slack-ineligible deadline.
+Kept: submitted batch jobs and their runs (a pending job's "why pending": the core's message and
+reason codes), the jobs' lifecycle (the core's ``Lifecycle``, one task per job name: every job's
+state and its history of (state, time, reason)), evictions (in flight and recent), the
+scheduling context (the core's ``ContextKeeper`` as JSON: the eviction history of the
+harmful-pairing rule, cooldowns, the slack-ineligible deadline), reservations and first-seen
+times (the estimator's memory), the batch CPU allowance, the original CPU quota of every
+production cgroup Kalena capped (so a restart restores it) and the mitigation rounds of escalation.
+
+``eviction_history`` and ``slack_ineligible_until`` are read from files written before the keeper
+and are folded into it when :class:`~kalena.agent.batch.BatchRuns` takes the state; they stay
+empty after that.
 
 Version 2 keeps the lifecycle; version 1 (each job's ``status`` string: queued | running |
 evicting | done | failed) is read and upgraded: each job's task is rebuilt in the state its
@@ -32,6 +37,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kalena.core.lifecycle import Lifecycle, TaskState, Transition, TransitionReason
+from kalena.core.placement import ContextKeeper
 
 STATE_VERSION = 2
 _READS = (1, STATE_VERSION)  # 1: job statuses as strings, no lifecycle (upgraded on load)
@@ -76,7 +82,8 @@ class JobRecord:
     started_at: float | None = None
     not_before: float = 0.0  # a requeued job's cooldown ends then (REQUEUED -> PENDING)
     exit_code: int | None = None
-    why_pending: str | None = None
+    why_pending: str | None = None  # the core's WhyPending.message ("0/1 nodes are available: ...")
+    why_pending_codes: list[str] | None = None  # its stable ReasonCode values, in filter order
 
 
 @dataclass
@@ -108,17 +115,28 @@ class AgentState:
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     evictions: list[EvictionRecord] = field(default_factory=list)
-    eviction_history: list[tuple[str, str, float]] = field(default_factory=list)
+    eviction_history: list[tuple[str, str, float]] = field(default_factory=list)  # legacy: see above
     reservations: dict[str, list[float]] = field(default_factory=dict)
     first_seen: dict[str, float] = field(default_factory=dict)
     production_originals: dict[str, float] = field(default_factory=dict)
     round_state: dict[str, Any] | None = None  # the core round's RoundState (kalena.core.controller)
-    slack_ineligible_until: float | None = None
+    slack_ineligible_until: float | None = None  # legacy: see above
+    placement_context: dict[str, Any] | None = None  # the ContextKeeper's JSON (BatchRuns keeps it)
     eviction_seq: int = 0
     last_estimate: float | None = None
 
     def in_flight(self) -> list[EvictionRecord]:
         return [e for e in self.evictions if e.status != "done"]
+
+    def slack_deadline(self) -> float | None:
+        """Until when escalation made the node slack-ineligible (``None``: never): the keeper's
+        deadline, or a legacy ``slack_ineligible_until`` not yet folded into it."""
+        if self.slack_ineligible_until is not None:
+            return self.slack_ineligible_until
+        if self.placement_context is None:
+            return None
+        until = float(ContextKeeper.from_json(self.placement_context).ineligible_until[0])
+        return None if until == float("-inf") else until
 
     # -- the jobs' lifecycle ----------------------------------------------------------------------
     def task(self, name: str) -> TaskState:
@@ -175,6 +193,7 @@ class AgentState:
         data["jobs"] = {k: _job(k, v) for k, v in jobs.items()}
         data["evictions"] = [EvictionRecord(**e) for e in data.get("evictions", [])]
         data["eviction_history"] = [tuple(x) for x in data.get("eviction_history", [])]
+        _check_context(data.get("placement_context"), data.get("node"))
         # written by agents before the core round: their allowance and rounds are cheap to lose
         data.pop("mitigation_rounds", None)
         data.pop("previous_allowance", None)
@@ -185,6 +204,20 @@ class AgentState:
         else:
             data["lifecycle"] = _lifecycle_of(data["lifecycle"], data["jobs"])
         return cls(**data)
+
+
+def _check_context(raw: Any, node: Any) -> None:
+    """The keeper's JSON parses, over this agent's one node (never guessed at, as the rest)."""
+    if raw is None:
+        return
+    try:
+        keeper = ContextKeeper.from_json(raw)
+    except ValueError as e:
+        raise ValueError(f"placement_context: {e}") from None
+    if keeper.nodes != (node,):
+        raise ValueError(
+            f"placement_context.nodes: must be [{node!r}] (this node), got {list(keeper.nodes)!r}"
+        )
 
 
 def _job(name: str, raw: dict[str, Any]) -> JobRecord:

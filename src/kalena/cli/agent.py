@@ -227,7 +227,7 @@ def status(state_dir: StateDir) -> None:
         },
         "evictions_in_flight": [e.id for e in state.in_flight()],
         "evictions": len(state.evictions),
-        "slack_ineligible_until": state.slack_ineligible_until,
+        "slack_ineligible_until": state.slack_deadline(),
     }
     json.dump(out, sys.stdout, indent=2, sort_keys=True)
     typer.echo()

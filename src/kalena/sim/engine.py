@@ -360,7 +360,7 @@ class Simulation:
             for i, v in enumerate(act.victims):
                 self._evict(v, act.node, act.first_epoch + i, now)
             if act.escalation is not None and act.escalation.slack_ineligible_until is not None:
-                self.shell.ineligible_until[act.node] = act.escalation.slack_ineligible_until
+                self.shell.keeper.ineligible(act.node, act.escalation.slack_ineligible_until)
         if d.actions:
             self._rows_changed()
         # the next tick's cpu knobs: batch quotas, service caps (the floors are inside the quotas)

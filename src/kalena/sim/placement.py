@@ -14,33 +14,29 @@ for answers that are known (kube-scheduler's queueing hints do the same). The ch
 estimate (the core may choose other nodes), so a pod may wait one pass longer than it had to; the
 core still decides every pod it is sent, and the next pass measures the ledger afresh.
 
-**Context.** Cooldowns from eviction requeues, the harmful-pairing blacklist (the core's
-``harmful_pairs`` over the eviction history of the last pairing window), slack eligibility from
-escalation, image masks (a node holds a job's image once one of its pods started there) and node
-volatility (the core's ``reservation_volatility`` over the last 30 one-minute samples of U).
+**Context.** The core's :class:`~kalena.core.placement.ContextKeeper` (the one the node agent
+keeps too), fed by the engine: cooldowns from eviction requeues, the harmful-pairing blacklist
+over the eviction history, slack eligibility from escalation, image masks and node volatility
+over the last 30 one-minute samples of U (sampled every minute, refreshed every five).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from kalena.core.enforcement import EvictionEvent, PairingConfig, harmful_pairs
+from kalena.core.enforcement import PairingConfig
 from kalena.core.ledger import Ledger
 from kalena.core.placement import (
+    ContextKeeper,
     PlacementCache,
     PlacementConfig,
-    SchedulingContext,
     SchedulingDecision,
-    reservation_volatility,
     schedule,
 )
-from kalena.core.resources import RECLAIMABLE
 from kalena.sim.batch import BatchTasks
-
-VOLATILITY_SAMPLES = 30
 
 
 class BatchQueue:
@@ -92,71 +88,48 @@ def fit_counts_many(requests: np.ndarray, slack: np.ndarray) -> np.ndarray:
 
 
 class PlacementShell:
-    """Everything the simulator keeps between placement passes."""
+    """Everything the simulator keeps between placement passes: the keeper, the cache, the stats."""
 
     def __init__(self, ledger: Ledger, config: PlacementConfig, pairing: PairingConfig) -> None:
         self.ledger = ledger
         self.config = config
         self.pairing = pairing
         self.cache = PlacementCache()
-        n = ledger.n_nodes
-        self.cooldowns: dict[tuple[str, int], float] = {}
-        self.history: list[EvictionEvent] = []
-        self.blacklist: frozenset[tuple[str, int]] = frozenset()
-        self._blacklist_until = np.inf
-        self._history_changed = False
-        self.ineligible_until = np.full(n, -np.inf)
-        self.images: dict[str, np.ndarray] = {}
-        self._series = np.full((VOLATILITY_SAMPLES, n, ledger.capacity.shape[1]), np.nan)
-        self._series_at = 0
-        self.volatility = np.zeros(n)
+        self.keeper = ContextKeeper.of(ledger, pairing)
         self.stats = {"passes": 0, "pods_sent": 0, "placed": 0, "stale": 0}
 
-    # bookkeeping fed by the simulator -----------------------------------------------------------
+    # bookkeeping fed by the simulator: the keeper's ---------------------------------------------------
     def evicted(self, key: str, node: int, now: float, cooldown_until: float) -> None:
-        self.cooldowns[(key, node)] = max(cooldown_until, self.cooldowns.get((key, node), -np.inf))
-        self.history.append(EvictionEvent(key, self.ledger.nodes[node].name, now))
-        self._history_changed = True
+        self.keeper.evicted(key, node, now, cooldown_until)
 
     def started(self, image: str, node: int) -> None:
-        mask = self.images.get(image)
-        if mask is None:
-            mask = self.images[image] = np.zeros(self.ledger.n_nodes, dtype=bool)
-        mask[node] = True
+        self.keeper.started(image, node)
 
     def sample_reservations(self) -> None:
-        self._series[self._series_at % VOLATILITY_SAMPLES] = self.ledger.reservation_sum
-        self._series_at += 1
+        self.keeper.sample(self.ledger.reservation_sum)
 
     def update_volatility(self) -> None:
-        self.volatility = reservation_volatility(self._series, self.ledger.capacity, RECLAIMABLE)
+        self.keeper.refresh_volatility(self.ledger.capacity)
+
+    @property
+    def cooldowns(self) -> Mapping[tuple[str, int], float]:
+        return self.keeper.cooldowns
+
+    @property
+    def blacklist(self) -> frozenset[tuple[str, int]]:
+        return self.keeper.blacklist
 
     # one pass -------------------------------------------------------------------------------------
     def eligible(self, now: float) -> np.ndarray:
-        return self.ineligible_until <= now
-
-    def _refresh_blacklist(self, now: float) -> None:
-        lo = now - self.pairing.window_s
-        if self.history and self.history[0].time <= lo:
-            self.history = [e for e in self.history if e.time > lo]
-            self._history_changed = True
-        if not (self._history_changed or now >= self._blacklist_until):
-            return
-        pairs = harmful_pairs(self.history, self.pairing, now)
-        index = self.ledger.node_index
-        self.blacklist = frozenset((p.key, index[p.node]) for p in pairs)
-        self._blacklist_until = min((p.until for p in pairs), default=np.inf)
-        self._history_changed = False
+        return self.keeper.eligible(now)
 
     def select(self, queue: BatchQueue, tasks: BatchTasks, now: float) -> list[int]:
         """The pods to send this pass (module docstring), classes in the core's pending order."""
         if not queue.classes:
             return []
-        if self.cooldowns:
-            self.cooldowns = {k: v for k, v in self.cooldowns.items() if v > now}
-        self._refresh_blacklist(now)
+        self.keeper.refresh(now)
         blocked: dict[str, list[int]] = {}  # nodes a class may not use: cooling down or a harmful pairing
-        for key, n in [*self.cooldowns, *self.blacklist]:
+        for key, n in [*self.keeper.cooldowns, *self.keeper.blacklist]:
             blocked.setdefault(key, []).append(n)
         slack = self.ledger.capacity_tol - self.ledger.reservation_sum
         slack[~self.eligible(now)] = -np.inf
@@ -204,15 +177,7 @@ class PlacementShell:
         self, send: list[int], tasks: BatchTasks, now: float, rng: np.random.Generator
     ) -> SchedulingDecision:
         pods = [tasks.specs[t] for t in send]
-        images = {p.image: self.images[p.image] for p in pods if p.image in self.images}
-        context = SchedulingContext(
-            now=now,
-            cooldowns=self.cooldowns,
-            blacklist=self.blacklist,
-            eligible=self.eligible(now),
-            images=images,
-            volatility=self.volatility,
-        )
+        context = self.keeper.context(now, pods)
         self.stats["passes"] += 1
         self.stats["pods_sent"] += len(pods)
         return schedule(pods, self.ledger, context, self.config, rng, cache=self.cache)

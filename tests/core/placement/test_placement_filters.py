@@ -276,7 +276,7 @@ def test_reason_numbers():
         batch("j/x", owner="j/job"),
         SchedulingContext(now=100.0, cooldowns={("j/job", 1): 110.0}),
     )
-    assert (r[0][0].used, r[0][0].capacity) == (100.0, 110.0)
+    assert (r[0][0].seconds, r[0][0].used, r[0][0].capacity) == (10.0, 0.0, 0.0)  # 10 s left; no quantity
     _, r = check("NamespaceCap", batch("j/x"), SchedulingContext(namespace_caps={"j": 2}))
     assert (r[0][0].used, r[0][0].capacity) == (2.0, 2.0)
     _, r = check("TopologySpread", batch("j/x", labels={"app": "batchy"}, spread=(SPREAD_ZONE,)))

@@ -2,6 +2,7 @@
 
 from kalena.core.placement.cache import PlacementCache, ScoreCache
 from kalena.core.placement.config import PlacementConfig, SchedulingContext
+from kalena.core.placement.context import ContextKeeper
 from kalena.core.placement.filters import DEFAULT_FILTERS, Filter, NodeCheck
 from kalena.core.placement.nodeindex import NodeIndex
 from kalena.core.placement.scheduler import (
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_FILTERS",
     "DEFAULT_SCORES",
     "BindingDimension",
+    "ContextKeeper",
     "Filter",
     "NodeCheck",
     "NodeIndex",
