@@ -24,7 +24,7 @@ import yaml
 from kalena.agent.actionlog import ActionLog
 from kalena.agent.cgroupfs import FsCgroupReader
 from kalena.agent.config import AgentConfig
-from kalena.agent.declaration import parse_declaration
+from kalena.agent.declaration import DeclarationError, parse_declaration
 from kalena.agent.layout import CgroupTree
 from kalena.agent.loop import Agent
 from kalena.agent.notify import AgentEvent, Notifier
@@ -36,6 +36,7 @@ from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import IllegalTransition, TaskState, TransitionReason
 from kalena.core.resources import DIMS
+from kalena.ir.errors import Problem
 
 MIB = 2**20
 SLEEP = (sys.executable, "-c", "import time; time.sleep(60)")
@@ -641,3 +642,61 @@ def test_a_run_that_cannot_start_fails_as_start_failed(harness):
     assert h.step().admitted == ()
     assert _walk(h, "ghost")[-2:] == [("starting", "start-requested"), ("failed", "start-failed")]
     assert h.log("finish")[-1]["status"] == "failed" and "batch/ghost.1" not in h.agent.ledger.batch_ids()
+
+
+def test_an_enforce_only_agent_takes_no_submissions_but_still_runs_its_round(harness):
+    """A Kubernetes DaemonSet agent enforces; the cluster scheduler admits (``admit=False``)."""
+    h = harness(config=AgentConfig(admit=False))
+    h.agent.start()
+    h.submit("a", 1, ram_mib=100)
+    r = h.step()
+    assert r.admitted == () and h.agent.state.jobs == {}  # the submission was not even read
+    assert (h.state_dir / "inbox").exists() and list((h.state_dir / "inbox").glob("*.json"))
+    assert r.throttle.node == "n1"  # the node round ran: named, not index 0
+
+
+def test_a_declaration_source_feeds_the_loop_whole_or_not_at_all(harness):
+    """The declaration is a port: a changed one is installed whole; a bad one changes nothing."""
+    h = harness()
+    agent = h.agent
+    agent.start()
+    good = parse_declaration({**DECL, "node": {"name": "n1", "capacity": {"cpu": 8, "ram": "2Gi"}}}, "mem")
+
+    class Source:
+        def __init__(self) -> None:
+            self.next: object = None
+
+        def changed(self):  # type: ignore[no-untyped-def]
+            out, self.next = self.next, None
+            return out
+
+    src = Source()
+    agent.declarations = src
+    src.next = DeclarationError([Problem("mem", "node.capacity.cpu", "must be a number", "x")])
+    h.step()
+    assert agent.ledger is not None and agent.ledger.capacity[0, 0] == pytest.approx(3.9)  # unchanged
+    assert [r["accepted"] for r in h.log("declaration")] == [False]
+    src.next = good
+    h.step()
+    assert agent.ledger.capacity[0, 0] == pytest.approx(7.9)  # 8 cores less the DaemonSet's 0.1
+    assert [r["accepted"] for r in h.log("declaration")] == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("port", "impl"),
+    [("Runtime", "ProcessRuntime"), ("Enforcer", "CgroupWriter"), ("ObservationSource", "CgroupfsTelemetry")],
+)
+def test_every_port_is_implemented_with_the_same_signatures(port, impl):
+    """The protocols name what the loop uses; the real implementations offer exactly that."""
+    import inspect
+
+    from kalena.agent import ports, runtime, telemetry, writer
+
+    proto = getattr(ports, port)
+    cls = next(getattr(m, impl) for m in (runtime, writer, telemetry) if hasattr(m, impl))
+    names = [n for n, v in vars(proto).items() if callable(v) and not n.startswith("_")]
+    assert names
+    for name in names:
+        want = list(inspect.signature(getattr(proto, name)).parameters)
+        got = list(inspect.signature(getattr(cls, name)).parameters)
+        assert got[: len(want)] == want, (impl, name)

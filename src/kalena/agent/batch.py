@@ -122,6 +122,10 @@ class BatchRuns:
             self.keeper.ineligible(0, st.slack_ineligible_until)
             st.slack_ineligible_until = None
 
+    def node_of(self, ledger: Ledger) -> int:
+        """This node's index in ``ledger``, by its name (the ledger may hold more than this node)."""
+        return ledger.node_index[self._state.node]
+
     def _sync(self) -> None:
         self._state.placement_context = self.keeper.to_json()
 
@@ -184,7 +188,9 @@ class BatchRuns:
     def replace(self, ledger: Ledger, now: float) -> None:
         """Put the running runs back into a freshly built ledger (start, declaration reload)."""
         for job in sorted(self.running().values(), key=lambda j: (j.started_at or 0.0, j.name)):
-            res = ledger.apply(PlaceBatch(batch_spec(job), 0, ledger.node_epoch(0)))
+            res = ledger.apply(
+                PlaceBatch(batch_spec(job), self.node_of(ledger), ledger.node_epoch(self.node_of(ledger)))
+            )
             if not res.accepted:
                 self._unplaceable(job, res.reasons, now)
 
@@ -232,7 +238,9 @@ class BatchRuns:
             else:
                 self.state.move(job.name, TaskState.FAILED, now, TransitionReason.EXIT_ERROR)
             cause = RemovalCause.FINISHED if ok else RemovalCause.FAILED
-            ledger.apply(RemoveBatch(wid, 0, ledger.node_epoch(0), cause))
+            ledger.apply(
+                RemoveBatch(wid, self.node_of(ledger), ledger.node_epoch(self.node_of(ledger)), cause)
+            )
             self.runtime.cleanup(job.cgroup or "", f"{wid} finished")
             job.exit_code, job.pid = code, None
             self.log.append("finish", now, workload=wid, exit_code=code, status=self.state.status(job.name))
@@ -310,7 +318,14 @@ class BatchRuns:
             job.pid = self.runtime.start(job, f"admit {job.workload_id}")
         except (OSError, ValueError) as e:
             self.state.move(job.name, TaskState.FAILED, now, TransitionReason.START_FAILED)
-            ledger.apply(RemoveBatch(job.workload_id, 0, ledger.node_epoch(0), RemovalCause.FAILED))
+            ledger.apply(
+                RemoveBatch(
+                    job.workload_id,
+                    self.node_of(ledger),
+                    ledger.node_epoch(self.node_of(ledger)),
+                    RemovalCause.FAILED,
+                )
+            )
             self.runtime.cleanup(job.cgroup, f"{job.workload_id} failed to start")
             job.why_pending = f"failed to start: {e}"
             self.log.append("finish", now, workload=job.workload_id, status="failed", error=str(e))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kalena.core.config import PolicyConfig
-from kalena.core.validate import check_fraction, check_int, check_number, check_type, fail
+from kalena.core.validate import check_bool, check_fraction, check_int, check_number, check_type, fail
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,8 @@ class AgentConfig:
     * ``io_some_fraction`` = 0.20: disk is advisory in the first release: report only clear
       contention.
     * ``max_history`` = 1000: bound on the records the state file keeps (evictions, rounds).
+    * ``admit`` = True: this agent takes batch submissions and admits them. A node whose batch is
+      placed by a cluster scheduler (a Kubernetes DaemonSet agent) enforces only: ``False``.
     * ``policy``: the core's configs; the agent runs the decay estimator only (``policy.estimator``
       must be ``"decay"``: its estimation tick re-creates the estimator's state from the ledger each
       time, which only the decay estimator's state allows). The node round's rules are
@@ -45,6 +47,7 @@ class AgentConfig:
     cpu_some_fraction: float = 0.10
     io_some_fraction: float = 0.20
     max_history: int = 1000
+    admit: bool = True
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     def __post_init__(self) -> None:
@@ -65,6 +68,7 @@ class AgentConfig:
                 f">= sample_interval_s ({self.sample_interval_s:g})",
             )
         check_int(self, "max_history", lo=10)
+        check_bool(self, "admit")
         check_type(self, "policy", PolicyConfig)
-        if self.policy.estimator != "decay":  # the loop builds DecayEstimator(config.estimator)
+        if self.policy.estimator != "decay":  # the estimation tick rebuilds a DecayEstimator state
             raise fail(self, "policy.estimator", self.policy.estimator, "'decay' (the agent's one estimator)")

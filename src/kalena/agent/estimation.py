@@ -2,8 +2,8 @@
 
     r_t = DecayEstimator.update_in_place(R, L, started_at, grace, opt-out; u_t, now, dt)
 
-with ``L`` = the workload's limit where it has one, else the node's capacity (the estimator's
-contract), ``u_t`` NaN where telemetry is missing (the estimator then holds ``r``), and the
+with ``L`` the core's rule (``estimator_limits``: ``max(min(limit, C), R)``, written once for
+every shell), ``u_t`` NaN where telemetry is missing (the estimator then holds ``r``), and the
 previous ``r`` taken from the ledger, so the estimator keeps no state of its own between ticks
 and a restarted agent continues from the reservations saved in its state file.
 """
@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from kalena.core.controller import estimator_limits, spec_limits
 from kalena.core.estimators import DecayEstimator
 from kalena.core.ledger import CommitResult, Ledger, ReservationUpdate
 from kalena.core.resources import DIM_INDEX, NDIM
@@ -42,12 +43,11 @@ def estimate(
         spec = ledger.spec(wid)
         for dim, v in usage.get(wid, {}).items():
             u[k, DIM_INDEX[dim]] = v
-        lim = spec.limits.array() if spec.limits is not None else np.zeros(NDIM)
-        limits[k] = np.where(lim > 0, lim, cap)  # no limit (0): the node's capacity caps r
+        limits[k] = spec_limits(spec)
         started[k] = started_at.get(wid, now)
         grace[k] = spec.startup_grace_s
         pinned[k] = spec.reclaim_disabled
-    limits = np.maximum(limits, rows.requests)  # a capacity below a request must not fail init
+    limits = estimator_limits(limits, cap, rows.requests)
     state = estimator.init(rows.requests, limits, started, grace=grace, pinned=pinned)
     state.reservation[:] = rows.reservations
     r = estimator.update_in_place(state, u, now, dt).copy()

@@ -35,17 +35,24 @@ from kalena.agent.actionlog import ActionLog, plan_summary, reason_json, why_thr
 from kalena.agent.batch import BatchRuns
 from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.config import AgentConfig
-from kalena.agent.declaration import Declaration, DeclarationError, load_declaration
+from kalena.agent.declaration import Declaration, DeclarationError
 from kalena.agent.estimation import estimate
 from kalena.agent.evictor import Evictor
 from kalena.agent.layout import CgroupTree
 from kalena.agent.notify import AgentEvent, Notifier
-from kalena.agent.runtime import ProcessRuntime
+from kalena.agent.ports import (
+    DeclarationSource,
+    Enforcer,
+    FileDeclarations,
+    FixedDeclaration,
+    ObservationSource,
+    Runtime,
+)
 from kalena.agent.signals import conditions, read_averages
 from kalena.agent.sources import EventSources
 from kalena.agent.state import AgentState, EvictionRecord, StateStore
-from kalena.agent.telemetry import TelemetrySource, UsageMeter
-from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope, WriteRecord
+from kalena.agent.telemetry import UsageMeter
+from kalena.agent.writer import Knob, KnobWrite, ManagedScope, WriteRecord
 from kalena.core.controller import NodeSignals, RoundState, node_round, spec_limits, view_from_ledger
 from kalena.core.enforcement import (
     EscalationDecision,
@@ -98,24 +105,28 @@ class Agent:
         *,
         tree: CgroupTree,
         reader: CgroupReader,
-        writer: CgroupWriter,
-        telemetry: TelemetrySource,
+        writer: Enforcer,
+        telemetry: ObservationSource,
         notifier: Notifier,
         store: StateStore,
         log: ActionLog,
-        runtime: ProcessRuntime,
+        runtime: Runtime,
         inbox: Path | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.perf_counter,
         declaration_path: Path | None = None,
+        declarations: DeclarationSource | None = None,
     ) -> None:
         self.config = config
         self.tree, self.reader, self.writer = tree, reader, writer
         self.telemetry, self.notifier, self.store, self.log = telemetry, notifier, store, log
         self.runtime, self.clock = runtime, clock
         self.declaration = declaration
-        self.declaration_path = declaration_path
-        self._decl_mtime = self._mtime()
+        if declarations is None:
+            declarations = (
+                FixedDeclaration() if declaration_path is None else FileDeclarations(declaration_path)
+            )
+        self.declarations = declarations
         self.meter = UsageMeter(config.policy.round.starvation_window_s)
         self.estimator = DecayEstimator(config.policy.decay)
         self.sources = EventSources(notifier, tree, writer, log, config, clock)
@@ -216,22 +227,13 @@ class Agent:
             self.writer.apply([KnobWrite("", Knob.MEMORY_MAX, decl.memory_limit, "the node's memory limit")])
         self.sources.install(decl)
 
-    def _mtime(self) -> float | None:
-        try:
-            return None if self.declaration_path is None else self.declaration_path.stat().st_mtime
-        except OSError:
-            return None
-
     def _reload(self, now: float) -> None:
-        """A changed declaration file is applied whole, or not at all (its problems are logged)."""
-        m = self._mtime()
-        if m == self._decl_mtime or self.declaration_path is None:
+        """A changed declaration is applied whole, or not at all (its problems are logged)."""
+        decl = self.declarations.changed()
+        if decl is None:
             return
-        self._decl_mtime = m
-        try:
-            decl = load_declaration(self.declaration_path)
-        except DeclarationError as e:
-            self.log.append("declaration", now, accepted=False, problems=[p.render() for p in e.problems])
+        if isinstance(decl, DeclarationError):
+            self.log.append("declaration", now, accepted=False, problems=[p.render() for p in decl.problems])
             return
         self._install(decl, now)
         self.log.append("declaration", now, accepted=True, workloads=[a.spec.id for a in decl.workloads])
@@ -249,7 +251,8 @@ class Agent:
             raise RuntimeError("Agent.step before Agent.start")
         now = self.clock()
         self._reload(now)
-        self.batch.intake(now)
+        if self.config.admit:  # an enforce-only agent takes no submissions
+            self.batch.intake(now)
         self.evictor.progress(now, self._evicted)
         finished = self.batch.reap(self.ledger, now)
         events = (*events, *self.sources.poll_fallbacks(now, self.monotonic()))
@@ -257,17 +260,18 @@ class Agent:
         usage = self._sample(now)
         estimated = self._estimate(now, usage)
         view = self._view(usage, events)
-        previous = self.round_state.allowance[0]
+        k = self.ledger.node_index[self.declaration.node.name]  # this node, by name
+        previous = self.round_state.allowance[k]
         d = node_round(view, self.round_state, self.config.policy, now)
         self.round_state = d.state
-        act = d.actions_of(0)
-        plan = d.eviction_plan(0)
+        act = d.actions_of(k)
+        plan = d.eviction_plan(k)
         evicted = self._evict(
-            plan.victims, {"trigger": self._trigger(events), **plan_summary(plan)}, int(view.epoch[0]), now
+            plan.victims, {"trigger": self._trigger(events), **plan_summary(plan)}, int(view.epoch[k]), now
         )
 
-        tplan = d.throttle_plan(0, None if math.isnan(previous) else float(previous))
-        starv = d.starvation_decision(0)
+        tplan = d.throttle_plan(k, None if math.isnan(previous) else float(previous))
+        starv = d.starvation_decision(k)
         runs = self.batch.running()
         production = {a.spec.id: a.cgroup for a in self.declaration.production}
         writes = knobs.batch_writes(tplan, runs)
@@ -280,11 +284,11 @@ class Agent:
         self.batch.throttled(set(below), now)  # the lifecycle: RUNNING <-> THROTTLED
         self._log_throttles(records, tplan, starv, now)
 
-        escalation = d.escalation_decision(0)
+        escalation = d.escalation_decision(k)
         if act is not None and act.escalation is not None:
             self._escalate(act.escalation, act.first_epoch + len(plan.victims), now)
         self.state.round_state = self.round_state.to_json()
-        admitted = self.batch.admit(self.ledger, now)
+        admitted = self.batch.admit(self.ledger, now) if self.config.admit else ()
         if estimated:  # the rest (allowance, rounds, first-seen) is cheap to lose: saved every estimate
             self.store.save(self.state)
         return StepReport(
@@ -340,7 +344,8 @@ class Agent:
     def _sample(self, now: float) -> dict[str, dict[str, float]]:
         assert self.ledger is not None
         cgroups = self.cgroup_of()
-        residents = [w.id for w in self.ledger.workloads_on(0) if w.id in cgroups]
+        node = self.ledger.node_index[self.declaration.node.name]
+        residents = [w.id for w in self.ledger.workloads_on(node) if w.id in cgroups]
         batch = self.batch.running()
         counters = self.telemetry.counters({w: cgroups[w] for w in residents}, now, throttling=batch)
         usage = self.meter.update(counters)
@@ -400,7 +405,11 @@ class Agent:
             if v.tier is Tier.BATCH:  # the harmful-pairing history (and the cooldown) in the keeper
                 until = None if v.requeue is None else v.requeue.cooldown_until
                 self.batch.evicted_from_node(v.equivalence_key, now, until)
-        for res in self.ledger.apply_all(eviction_commitments([v for _, v in started], 0, epoch)):
+        for res in self.ledger.apply_all(
+            eviction_commitments(
+                [v for _, v in started], self.ledger.node_index[self.declaration.node.name], epoch
+            )
+        ):
             if not res.accepted:
                 self.log.append("commit-rejected", now, reasons=[reason_json(r) for r in res.reasons])
         self.store.save(self.state)

@@ -1,0 +1,118 @@
+"""The node agent's ports: what it needs from the node, as protocols, and where each is implemented.
+
+The agent (:mod:`.loop`) observes the node, asks the core and carries the decision out only
+through these. A Kubernetes DaemonSet agent, a Docker daemon or a test supplies its own
+implementations; the loop does not change.
+
+* :class:`Runtime`: start a batch run, tell whether it finished, forget and clean it up;
+  :class:`~.runtime.ProcessRuntime` (processes in their own cgroups).
+* :class:`Enforcer`: apply knobs, create and remove cgroups, signal and kill, one record per
+  write; :class:`~.writer.CgroupWriter` (one cached, ordered, audited writer).
+* :data:`ObservationSource`: usage counters of the residents (cpu time, memory, I/O, throttled
+  time); :class:`~.telemetry.CgroupfsTelemetry`, :class:`~.cadvisor.CadvisorTelemetry`.
+* :class:`DeclarationSource`: the node's declaration when it changed (applied whole or not at
+  all); :class:`FileDeclarations` (a YAML file, by mtime), :class:`FixedDeclaration`.
+
+Reading the kernel's pressure (PSI averages, the root cgroup's memory) stays with the cgroup
+reader (:class:`~.cgroupfs.CgroupReader`, already a protocol), and notifications with the
+:class:`~.notify.Notifier`: both are sources the loop already takes as parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from kalena.agent.declaration import Declaration, DeclarationError, load_declaration
+from kalena.agent.state import JobRecord
+from kalena.agent.telemetry import TelemetrySource
+from kalena.agent.writer import KnobWrite, ManagedScope, WriteRecord
+
+
+class Runtime(Protocol):
+    """What runs batch work on the node."""
+
+    def start(self, job: JobRecord, reason: str) -> int:
+        """Start the job's current run; returns its process id (raises ``OSError``/``ValueError``)."""
+        ...
+
+    def finished(self, job: JobRecord) -> tuple[bool, int | None]:
+        """``(done, exit code)`` of the job's current run (code ``None``: unknown)."""
+        ...
+
+    def release(self, workload_id: str) -> int | None:
+        """Forget a run whose processes are gone; its exit code if known."""
+        ...
+
+    def cleanup(self, cgroup: str, reason: str) -> None:
+        """Remove what the run left behind."""
+        ...
+
+
+class Enforcer(Protocol):
+    """The agent's one writer to the node: every change carries its reason and leaves a record."""
+
+    scope: ManagedScope
+
+    def apply(self, writes: Iterable[KnobWrite]) -> tuple[WriteRecord, ...]: ...
+
+    def create(self, name: str, reason: str) -> tuple[WriteRecord, ...]: ...
+
+    def remove(self, name: str, reason: str) -> tuple[WriteRecord, ...]: ...
+
+    def forget(self, name: str) -> None: ...
+
+    def check(self, name: str) -> None: ...
+
+    def procs_files(self, name: str) -> tuple[Path, ...]: ...
+
+    def signal(
+        self, name: str, sig: int, reason: str, only: Collection[int] | None = None
+    ) -> tuple[int, ...]: ...
+
+    def kill(self, name: str, reason: str) -> tuple[int, ...]: ...
+
+
+#: Cumulative usage counters per resident (missing telemetry: the resident is left out). The
+#: telemetry module's protocol is this port; named here with the others.
+ObservationSource = TelemetrySource
+
+
+class DeclarationSource(Protocol):
+    """The node's declaration: the current one, and a new one when it changed."""
+
+    def changed(self) -> Declaration | DeclarationError | None:
+        """A new declaration, its problems (nothing of it applies), or ``None``: unchanged."""
+        ...
+
+
+class FileDeclarations:
+    """A declaration file, re-read when its modification time changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._mtime = self._stat()
+
+    def _stat(self) -> float | None:
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return None
+
+    def changed(self) -> Declaration | DeclarationError | None:
+        m = self._stat()
+        if m == self._mtime:
+            return None
+        self._mtime = m
+        try:
+            return load_declaration(self.path)
+        except DeclarationError as e:
+            return e
+
+
+class FixedDeclaration:
+    """A declaration that never changes (a test, or a shell that rebuilds the agent instead)."""
+
+    def changed(self) -> Declaration | DeclarationError | None:
+        return None
