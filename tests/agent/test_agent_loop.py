@@ -344,8 +344,9 @@ def test_each_victim_is_evicted_once_and_requeued_after_its_cooldown(harness):
     for _ in range(3):
         h.step()
     assert len(h.log("evict")) == 1 and len(h.log("evicted")) == 1
-    low = h.agent.state.jobs["low"]
-    assert h.agent.state.status("low") == "queued" and low.not_before == pytest.approx(evict[0]["time"] + 600)
+    cooling = h.agent.batch.keeper.cooldowns[("batch/low", 0)]  # the core keeper's cooldown on this node
+    assert h.agent.state.status("low") == "queued" and cooling == pytest.approx(evict[0]["time"] + 600)
+    assert "eviction-cooldown" in h.agent.state.jobs["low"].why_pending_codes  # pending, with the core's why
     with pytest.raises(ProcessLookupError):
         os.kill(pids["low"], 0)
     os.kill(pids["high"], 0)  # still running
@@ -533,9 +534,14 @@ def test_a_jobs_history_through_eviction_requeue_and_completion_is_the_cores_wal
     assert on_disk == [TaskState.STARTING, TaskState.EVICTING]  # before the process, before SIGTERM
     del h.telemetry.usage["batch/a.1"]
     h.telemetry.usage["prod/web"] = {"ram": 0.3}
-    _steps_until(h, lambda: h.agent.state.task("a") is TaskState.REQUEUED)
+    _steps_until(
+        h, lambda: h.agent.state.task("a") is TaskState.EVICTED or len(h.agent.state.history("a")) > 6
+    )
     evicted_at = h.log("evict")[0]["time"]
-    assert h.agent.state.jobs["a"].not_before == pytest.approx(evicted_at + 600)  # the cooldown
+    assert h.agent.state.task("a") is TaskState.PENDING  # requeued at once, as in the simulator
+    assert h.agent.batch.keeper.cooldowns[("batch/a", 0)] == pytest.approx(evicted_at + 600)  # the cooldown
+    h.step()
+    assert h.agent.state.jobs["a"].why_pending_codes == ["eviction-cooldown"]  # the core's filter waits
     flag.touch()  # the second run exits 0 at once
     h.step(600.0)
     assert h.log("admit")[-1]["workload"] == "batch/a.2"
@@ -547,15 +553,14 @@ def test_a_jobs_history_through_eviction_requeue_and_completion_is_the_cores_wal
         ("running", "started"),
         ("evicting", "evicted-ledger-breach"),
         ("evicted", "exited"),  # SIGTERM was enough: no SIGKILL
-        ("requeued", "requeued"),
-        ("pending", "cooldown-over"),
+        ("pending", "requeued"),  # its cooldown on this node is the keeper's: a placement filter
         ("placed", "admitted"),
         ("starting", "start-requested"),
         ("running", "started"),
         ("succeeded", "finished"),
     ]
     times = [t.time for t in h.agent.state.history("a")]
-    assert times == sorted(times) and times[4] == evicted_at and times[7] >= evicted_at + 600
+    assert times == sorted(times) and times[4] == evicted_at and times[7] >= evicted_at + 600  # placed again
     assert h.agent.state.status("a") == "done" and h.log("finish")[-1]["status"] == "done"
 
 
@@ -629,8 +634,7 @@ def test_a_run_the_shrunk_node_cannot_hold_is_evicted_as_readmission_rejected_an
         ("running", "started"),
         ("evicting", "readmission-rejected"),
         ("evicted", "grace-expired"),  # killed at once: no grace
-        ("requeued", "requeued"),
-        ("pending", "cooldown-over"),  # no cooldown: pending at the same round's admission pass
+        ("pending", "requeued"),  # no cooldown: schedulable again at once
     ]
     assert "Insufficient ram" in h.agent.state.jobs["a"].why_pending
 

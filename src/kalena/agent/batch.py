@@ -11,9 +11,10 @@ name; each change below is a move of the core's table, so an illegal one raises:
                   STARTING -> RUNNING (started) for a start a crash cut short, its process up
     throttled     RUNNING <-> THROTTLED (throttled | unthrottled): quota below its cpu request
     evictor       LIVE -> EVICTING (the victim's cause) -> EVICTED (exited | grace-expired)
-    evicted       EVICTED -> REQUEUED (requeued), the cooldown in ``JobRecord.not_before``
-    admit         REQUEUED -> PENDING (cooldown-over) at the first admission pass after it;
-                  PENDING -> PLACED for each ``PlaceBatch`` of the core's ``schedule``
+    evicted       EVICTED -> PENDING (requeued), as in the simulator: its cooldown on this node is
+                  the ``ContextKeeper``'s, so it waits with the core's "eviction-cooldown" why
+    admit         PENDING -> PLACED for each ``PlaceBatch`` of the core's ``schedule`` (a job
+                  restored REQUEUED from an old state file: -> PENDING (cooldown-over) first)
     rebuild       LIVE -> EVICTING (readmission-rejected): the rebuilt ledger cannot hold it
 
 (LIVE: STARTING, RUNNING, THROTTLED.) A job's name may be submitted again once it ended; its
@@ -249,7 +250,7 @@ class BatchRuns:
 
     def evicted(self, rec: EvictionRecord) -> None:
         """An evicted run's cgroup emptied (the evictor moved it to EVICTED): clean it up and
-        requeue the job; it is PENDING again at the first admission pass after its cooldown."""
+        requeue the job: PENDING at once, the keeper's cooldown keeps it off this node meanwhile."""
         if rec.job is None:
             return
         self.runtime.release(rec.workload)
@@ -257,15 +258,14 @@ class BatchRuns:
         job = self.state.jobs.get(rec.job)
         if job is not None and job.workload_id == rec.workload:
             assert rec.finished_at is not None
-            self.state.move(job.name, TaskState.REQUEUED, rec.finished_at, TransitionReason.REQUEUED)
-            job.not_before = rec.requeue_until if rec.requeue_until is not None else rec.finished_at
+            self.state.move(job.name, TaskState.PENDING, rec.finished_at, TransitionReason.REQUEUED)
             job.workload_id = job.cgroup = None
             job.pid = None
 
     # -- admission ------------------------------------------------------------------------------
     def admit(self, ledger: Ledger, now: float) -> tuple[str, ...]:
         """One scheduling pass over the PENDING jobs (module docstring); returns the runs started."""
-        for name in self.state.names_in(TaskState.REQUEUED):
+        for name in self.state.names_in(TaskState.REQUEUED):  # only a state file from before the keeper
             if self.state.jobs[name].not_before <= now:
                 self.state.move(name, TaskState.PENDING, now, TransitionReason.COOLDOWN_OVER)
         self._fold_legacy()  # a loop writing the legacy fields (until it calls the methods above)

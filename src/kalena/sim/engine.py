@@ -444,7 +444,11 @@ class Simulation:
         ts.throttled_s[task] += self.table.throttled_total[row]
         self.table.free(row)
         handle = np.array([task])
-        self.life.move(handle, TaskState.EVICTED, now, reason)
+        if reason is TransitionReason.KILLED_OOM:
+            self.life.move(handle, TaskState.EVICTED, now, reason)
+        else:  # as on a node, without the grace: SIGTERM and the end of the grace at once
+            self.life.move(handle, TaskState.EVICTING, now, reason)
+            self.life.move(handle, TaskState.EVICTED, now, TransitionReason.GRACE_EXPIRED)
         self.life.move(handle, TaskState.PENDING, now, TransitionReason.REQUEUED)
         ts.row[task], ts.node[task] = -1, -1
         ts.evictions[task] += 1

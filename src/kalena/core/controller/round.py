@@ -297,16 +297,14 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
 
 
 def _next_state(view: NodesView, allowance: np.ndarray, runs: EscalationRuns) -> RoundState:
-    """What the next round needs; the row columns are copied (a view may alias the ledger's arrays)."""
-    if view.present is None:
-        slot, ids, res = view.slot, view.ids, view.reservation
-    else:
-        here = np.flatnonzero(view.live)
-        slot, ids, res = view.slot[here], view.ids[here], view.reservation[here]
+    """What the next round needs; the row columns are copied (a view may alias the ledger's arrays).
+
+    Free slots are kept too: their id is empty, which no workload has, so they never match.
+    """
     return RoundState(
         np.asarray(allowance, dtype=np.float64),
         runs,
-        np.array(slot, dtype=np.int64),
-        np.array(ids, dtype=object),
-        np.array(res, dtype=np.float64),
+        np.array(view.slot, dtype=np.int64),
+        np.array(view.ids, dtype=object),
+        np.array(view.reservation, dtype=np.float64),
     )

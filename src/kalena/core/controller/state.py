@@ -86,10 +86,21 @@ class RoundState:
                 same(getattr(r, f), getattr(s, f))
                 for f in ("open_time", "open_dims", "rounds", "first", "last", "dims")
             )
-            and same(self.previous_slots, other.previous_slots)
-            and same(self.previous_ids, other.previous_ids)
-            and same(self.previous_reservation, other.previous_reservation)
+            and self._seen() == other._seen()
         )
+
+    def _seen(self) -> dict[str, tuple[int, tuple[float | str, ...]]] | None:
+        """The previous round's workloads: id -> (slot, reservation); free slots left out."""
+        if self.previous_ids is None or self.previous_slots is None or self.previous_reservation is None:
+            return None
+        return {
+            str(w): (
+                int(self.previous_slots[i]),
+                tuple(_num(x) for x in self.previous_reservation[i].tolist()),
+            )
+            for i, w in enumerate(self.previous_ids.tolist())
+            if w
+        }
 
     # JSON -------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -111,14 +122,11 @@ class RoundState:
         }
         if self.previous_ids is not None and self.previous_reservation is not None:
             assert self.previous_slots is not None
-            ids = [str(w) for w in self.previous_ids.tolist()]
-            out["previous"] = {
-                w: [_num(x) for x in row]
-                for w, row in zip(ids, self.previous_reservation.tolist(), strict=True)
-            }
-            out["previous_slots"] = dict(
-                zip(ids, (int(x) for x in self.previous_slots.tolist()), strict=True)
-            )
+            keep = [i for i, w in enumerate(self.previous_ids.tolist()) if w]  # free slots: nobody
+            ids = [str(self.previous_ids[i]) for i in keep]
+            rows = self.previous_reservation[keep].tolist()
+            out["previous"] = {w: [_num(x) for x in row] for w, row in zip(ids, rows, strict=True)}
+            out["previous_slots"] = {w: int(self.previous_slots[i]) for w, i in zip(ids, keep, strict=True)}
         return out
 
     @classmethod
