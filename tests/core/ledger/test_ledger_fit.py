@@ -5,7 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from kalena.core.ledger import fits_mask, insufficient_resources, shortfall, tolerant_capacity
+from kalena.core.ledger import (
+    fits_mask,
+    insufficient_resources,
+    insufficient_resources_rows,
+    shortfall,
+    tolerant_capacity,
+)
 from kalena.core.resources import LEGACY_FLAT_NAMES, dim_index
 from kalena.core.verdict import ReasonCode
 
@@ -63,3 +69,12 @@ def test_vectorised_over_nodes_and_shortfall():
 def test_tolerance_is_tiny():
     # a millicore over on a 1,000-core node is still rejected
     assert insufficient_resources(vec(cpu=0.001), vec(cpu=1000), vec(cpu=1000))
+
+
+def test_reasons_for_many_nodes_are_the_one_node_reasons():
+    req = np.array(CASES[3][1])
+    used = np.array([c[2] for c in CASES])
+    cap = np.array([c[3] for c in CASES])
+    want = [insufficient_resources(req, u, c) for u, c in zip(used, cap, strict=True)]
+    assert insufficient_resources_rows(req, used, cap) == want
+    assert insufficient_resources_rows(req, used[:0], cap[:0]) == []

@@ -351,3 +351,54 @@ def test_reservation_update_bumps_each_moved_node_once():
         res[view.ids.index(wid), CPU] = 0.5
     assert L.apply(ReservationUpdate(view.rows, res, view.global_epoch)).accepted
     assert L.node_epochs.tolist() == [1, 0] and L.global_epoch == 1
+
+
+def test_bulk_update_sum_is_bitwise_the_from_scratch_sum_through_row_churn():
+    # The bulk update re-sums U from the rows through a bin index kept per add and drop; it must
+    # be recompute()'s sum to the last bit, across row reuse and growth past the first allocation.
+    L = ledger_of([node(f"n{i}", cpu=10_000, ram=10_000) for i in range(3)])
+    rng = np.random.default_rng(5)
+    for i in range(1500):
+        assert place(L, f"j/b{i}", i % 3, cpu=float(rng.uniform(0.1, 3)), ram=1).accepted
+    for i in range(0, 1500, 3):
+        n = L.node_of(f"j/b{i}")
+        assert L.apply(RemoveBatch(f"j/b{i}", n, L.node_epoch(n))).accepted
+    view = L.rows()
+    res = (
+        view.requests
+        * rng.uniform(0.1, 1.0, (len(view.rows), 8))
+        * 10.0 ** rng.integers(-5, 3, (len(view.rows), 1))
+    )
+    assert L.apply(ReservationUpdate(view.rows, res, view.global_epoch)).accepted
+    assert L.reservation_sum.tobytes() == L.recompute().reservation.tobytes()
+    assert L.row_arrays().capacity > 1024
+
+
+def test_production_ids_are_built_once_and_survive_batch_churn():
+    L = base()
+    ids = L.production_ids()
+    assert place(L, "b/x", 1, cpu=1).accepted
+    assert L.apply(RemoveBatch("b/x", 1, L.node_epoch(1))).accepted
+    assert L.production_ids() is ids == ("prod/web-0", "prod/web-1", "prod/trainer")
+
+
+def test_reservation_update_gpu_names_the_first_differing_row_and_keeps_equal_ones():
+    L = base()
+    view = L.rows()
+    res = view.reservations.copy()
+    res[view.ids.index("prod/web-0"), CPU] = 3.0  # an ordinary move next to an unchanged gpu
+    assert L.apply(ReservationUpdate(view.rows, res, view.global_epoch)).accepted
+    view = L.rows()
+    res = view.reservations.copy()
+    res[:, GPU] = 0.5  # every row now differs from its gpu request; the first one is named
+    with pytest.raises(ValueError, match="'prod/web-0' differs"):
+        L.apply(ReservationUpdate(view.rows, res, view.global_epoch))
+
+
+def test_reservation_update_span_covers_unsorted_rows():
+    u = ReservationUpdate(np.array([5, 2, 9]), np.zeros((3, 8)), 0)
+    assert u.row_span == (2, 9) and u.rows.tolist() == [5, 2, 9]
+    assert ReservationUpdate(np.array([], dtype=np.int64), np.zeros((0, 8)), 0).row_span == (0, -1)
+    L = base()
+    with pytest.raises(IndexError):
+        L.apply(ReservationUpdate(np.array([1, -1]), np.zeros((2, 8)), 0))

@@ -11,7 +11,13 @@ from kalena.core.ledger.commitments import (
     RemoveBatch,
     ReservationUpdate,
 )
-from kalena.core.ledger.fit import fits_mask, insufficient_resources, shortfall, tolerant_capacity
+from kalena.core.ledger.fit import (
+    fits_mask,
+    insufficient_resources,
+    insufficient_resources_rows,
+    shortfall,
+    tolerant_capacity,
+)
 from kalena.core.ledger.invariant import restoration_violations, sum_violations
 from kalena.core.ledger.state import Ledger, RowView, Sums, from_blueprint
 
@@ -31,6 +37,7 @@ __all__ = [
     "fits_mask",
     "from_blueprint",
     "insufficient_resources",
+    "insufficient_resources_rows",
     "per_node_sum",
     "resolve_production",
     "restoration_violations",

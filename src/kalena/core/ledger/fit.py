@@ -28,7 +28,7 @@ def fits_mask(request: np.ndarray, used: np.ndarray, capacity_tol: np.ndarray) -
 
     ``capacity_tol`` is :func:`tolerant_capacity` of the capacity rows (precomputed once per ledger).
     """
-    return np.all(used + request <= capacity_tol, axis=-1)
+    return (used + request <= capacity_tol).all(axis=-1)
 
 
 def shortfall(request: np.ndarray, used: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -56,3 +56,32 @@ def insufficient_resources(request: np.ndarray, used: np.ndarray, capacity: np.n
         )
         for d in np.flatnonzero(over)
     )
+
+
+def insufficient_resources_rows(
+    request: np.ndarray, used: np.ndarray, capacity: np.ndarray
+) -> list[tuple[Reason, ...]]:
+    """:func:`insufficient_resources` for each row of ``used`` and ``capacity`` ``(k, 8)``, in one pass.
+
+    The same reasons, with the same numbers, as calling it row by row (the comparison is
+    element-wise), at a fraction of the cost when a why-pending answer covers many nodes.
+    """
+    request = np.asarray(request, dtype=np.float64)
+    used = np.asarray(used, dtype=np.float64)
+    capacity = np.asarray(capacity, dtype=np.float64)
+    over = used + request > tolerant_capacity(capacity)
+    req, use, cap = request.tolist(), used.tolist(), capacity.tolist()
+    return [
+        tuple(
+            Reason(
+                ReasonCode.INSUFFICIENT_RESOURCE,
+                dimension=DIMS[d],
+                requested=req[d],
+                used=use[i][d],
+                capacity=cap[i][d],
+            )
+            for d, o in enumerate(row)
+            if o
+        )
+        for i, row in enumerate(over.tolist())
+    ]

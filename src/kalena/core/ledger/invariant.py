@@ -10,6 +10,8 @@ exactly the blueprint's production set and requests. In ledger terms:
    recomputed from the rows, and still satisfies ``Q <= C``.
 
 Each check is a handful of whole-array comparisons: O(P + N) vectorised, cheap enough per tick.
+Where 1 and 2 hold, the recomputed Q of 3 adds exactly the blueprint's rows in the blueprint's
+order, so it is the blueprint's sum and is not built; an equal Q skips the tolerance comparison.
 A violation is a bug; it is returned as data so that the shell can log and alarm with details.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from kalena.core.ledger.blueprint import Blueprint, per_node_sum
+from kalena.core.ledger.rows import all_per_row
 from kalena.core.ledger.state import Ledger
 from kalena.core.resources import DIMS
 from kalena.core.tolerance import REL_TOL
@@ -53,25 +56,35 @@ def restoration_violations(ledger: Ledger, blueprint: Blueprint) -> tuple[Reason
         )
         out.append(_violation(f"production set differs: {_listed(bad[:_MAX_LISTED], len(bad))}"))
     ok = rs.alive[:p] & ~rs.is_batch[:p] & (rs.node[:p] == blueprint.node)
-    ok &= np.all(rs.request[:p] == blueprint.requests, axis=1)
-    if not ok.all():
+    same = np.equal(rs.request[:p], blueprint.requests, out=np.empty((p, rs.request.shape[1]), dtype=bool))
+    ok &= all_per_row(same)
+    rows_hold = bool(ok.all())
+    if not rows_hold:
         bad_rows = np.flatnonzero(~ok)
         names = [blueprint.ids[i] for i in bad_rows[:_MAX_LISTED]]
         out.append(_violation(f"production placement or request changed: {_listed(names, len(bad_rows))}"))
     extra = rs.alive[p : rs.high] & ~rs.is_batch[p : rs.high]
-    if extra.any():
+    has_extra = bool(extra.any())
+    if has_extra:
         rows = np.flatnonzero(extra)[:_MAX_LISTED] + p
         names = [rs.specs[r].id for r in rows]  # type: ignore[union-attr]
         out.append(
             _violation(f"service workload(s) outside the blueprint: {_listed(names, int(extra.sum()))}")
         )
-    live = rs.alive[: rs.high] & ~rs.is_batch[: rs.high]  # from scratch, over every row; requests only
-    scratch = per_node_sum(
-        np.compress(live, rs.node[: rs.high]),
-        np.compress(live, rs.request[: rs.high], axis=0),
-        ledger.n_nodes,
-    )
+    # From scratch, over every row; requests only. When rows 0..P-1 are exactly the blueprint's
+    # (alive, service, same node, equal request) and no other row is service, that sum adds the
+    # blueprint's rows in its order: it is its request_sum, so it is not built.
+    scratch: np.ndarray | None = None
+    if has_extra or not rows_hold:
+        live = rs.alive[: rs.high] & ~rs.is_batch[: rs.high]
+        scratch = per_node_sum(
+            np.compress(live, rs.node[: rs.high]),
+            np.compress(live, rs.request[: rs.high], axis=0),
+            ledger.n_nodes,
+        )
     for label, q in (("maintained", ledger.request_sum), ("recomputed", scratch)):
+        if q is None or np.array_equal(q, blueprint.request_sum):
+            continue  # equal is close (isclose is ``|x - y| <= tol or x == y``): nothing to report
         diff = ~np.isclose(q, blueprint.request_sum, rtol=SUM_RTOL, atol=SUM_RTOL)
         for d in np.flatnonzero(diff.any(axis=0)):
             n = int(np.flatnonzero(diff[:, d])[0])

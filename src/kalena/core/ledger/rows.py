@@ -128,3 +128,38 @@ class RowStore:
 
     def __len__(self) -> int:
         return self.high - len(self._free)
+
+
+# whole-row helpers for (k, 8) blocks -------------------------------------------------------------
+_WORD = np.dtype(np.uint64)  # NDIM bools in one machine word
+_ALL_TRUE = 0x0101010101010101
+
+
+def _words(mask: np.ndarray) -> np.ndarray | None:
+    """``(k,)`` uint64 view of a C-contiguous ``(k, 8)`` bool block (``None`` for any other layout)."""
+    if NDIM != 8 or mask.dtype != np.bool_ or mask.ndim != 2 or not mask.flags.c_contiguous:
+        return None
+    return mask.view(_WORD).reshape(len(mask))
+
+
+def any_per_row(mask: np.ndarray) -> np.ndarray:
+    """``mask.any(axis=1)`` for ``(k, 8)`` bool: one word comparison per row (~8x faster)."""
+    w = _words(mask)
+    return mask.any(axis=1) if w is None else w != 0
+
+
+def all_per_row(mask: np.ndarray) -> np.ndarray:
+    """``mask.all(axis=1)`` for ``(k, 8)`` bool (comparisons store True as the byte 1)."""
+    w = _words(mask)
+    return mask.all(axis=1) if w is None else w == _ALL_TRUE
+
+
+def as_records(a: np.ndarray) -> np.ndarray | None:
+    """``(k,)`` view of a C-contiguous ``(k, 8)`` array with one opaque record per row, or ``None``.
+
+    Copying records (``put``, ``copyto(where=...)``) moves whole rows bit for bit, far faster than
+    element-wise fancy indexing or a broadcast ``(k, 1)`` mask.
+    """
+    if a.ndim != 2 or not a.flags.c_contiguous:
+        return None
+    return a.view(np.dtype((np.void, a.shape[1] * a.itemsize))).reshape(len(a))

@@ -9,8 +9,10 @@ For node ``n`` with capacity ``C_n`` (post-Phase-0), production set ``P_n`` and 
 Production rows are loaded once from the blueprint (rows ``0..P-1``) and never removed or
 re-requested; batch rows come and go through :class:`PlaceBatch`, :class:`RemoveBatch` and
 :class:`Eviction`; reservations move through one bulk :class:`ReservationUpdate`. Sums are kept
-incrementally and recomputed from scratch after every bulk update (which also resets float drift);
-:meth:`Ledger.recompute` gives the from-scratch values for the invariant check.
+incrementally and recomputed from scratch after every bulk update (which also resets float drift):
+one ``bincount`` over the flattened rows through a per-cell bin index that each add and drop keeps
+current (:func:`~kalena.core.ledger.blueprint.indexed_sum`, bitwise ``per_node_sum`` over the live
+rows). :meth:`Ledger.recompute` gives the from-scratch values for the invariant check.
 
 The ledger is the one mutable object in the core: it is *state*, owned by a shell, and
 :meth:`Ledger.apply` is its single writer. Policies read it and return commitments.
@@ -24,7 +26,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from kalena.core.ledger.blueprint import node_lookup, per_node_sum, resolve_production
+from kalena.core.ledger.blueprint import indexed_sum, node_lookup, per_node_sum, resolve_production
 from kalena.core.ledger.commitments import (
     Commitment,
     CommitResult,
@@ -36,7 +38,7 @@ from kalena.core.ledger.commitments import (
 )
 from kalena.core.ledger.fit import insufficient_resources, tolerant_capacity
 from kalena.core.ledger.index import ResidentIndex
-from kalena.core.ledger.rows import INITIAL_ROWS, RowStore
+from kalena.core.ledger.rows import INITIAL_ROWS, RowStore, any_per_row, as_records
 from kalena.core.model import NodeSpec, Selector, Tier, WorkloadSpec
 from kalena.core.resources import DIMS, GPU, NDIM, Resources, stack
 from kalena.core.verdict import Reason, ReasonCode
@@ -99,6 +101,12 @@ class Ledger:
         self._node_epoch = np.zeros(n, dtype=np.int64)
         self._global_epoch = 0
         self._production = 0
+        self._production_ids: tuple[str, ...] | None = None  # rows 0..P-1 never change: built once
+        # indexed_sum's bin of every row cell: 8 * node + d while the row is live, else the spill
+        # bins past the last node; kept per add and drop, so a bulk update never rebuilds it
+        self._spill = np.arange(n * NDIM, (n + 1) * NDIM, dtype=np.intp)
+        self._dim_bins = np.arange(NDIM, dtype=np.intp)
+        self._sum_bins = np.tile(self._spill, (INITIAL_ROWS, 1))
         self._overrides: list[OverrideRecord] = []
 
     # construction ---------------------------------------------------------------------------
@@ -217,7 +225,12 @@ class Ledger:
         return self._rows.reservation[self._row_of[workload_id]].copy()
 
     def production_ids(self) -> tuple[str, ...]:
-        return tuple(s.id for s in self._rows.specs[: self._production] if s is not None)
+        """Ids of rows ``0..P-1``; kept after the first call (only an add or drop on those rows moves it)."""
+        ids = self._production_ids
+        if ids is None:
+            ids = tuple(s.id for s in self._rows.specs[: self._production] if s is not None)
+            self._production_ids = ids
+        return ids
 
     def batch_ids(self) -> tuple[str, ...]:
         rows = np.flatnonzero(self._rows.alive[: self._rows.high] & self._rows.is_batch[: self._rows.high])
@@ -317,6 +330,13 @@ class Ledger:
     # internals --------------------------------------------------------------------------------
     def _add(self, spec: WorkloadSpec, n: int, req: np.ndarray, res: np.ndarray, *, is_batch: bool) -> None:
         row = self._rows.add(spec, n, req, res, is_batch=is_batch, version=self._global_epoch)
+        if row < self._production:  # never through the commitments (production rows are not freed)
+            self._production_ids = None
+        if row >= len(self._sum_bins):  # the rows doubled
+            grown = np.tile(self._spill, (self._rows.capacity, 1))
+            grown[: len(self._sum_bins)] = self._sum_bins
+            self._sum_bins = grown
+        self._sum_bins[row] = self._dim_bins + n * NDIM
         self._row_of[spec.id] = row
         self._index.add(row, spec)
         self._reservation_sum[n] += res
@@ -341,6 +361,9 @@ class Ledger:
             del self._ns_running[spec.namespace]
         self._index.remove(row, spec)
         self._rows.remove(row)
+        self._sum_bins[row] = self._spill
+        if row < self._production:
+            self._production_ids = None
 
     def _bump(self, nodes: int | np.ndarray) -> None:
         self._global_epoch += 1
@@ -373,9 +396,10 @@ class Ledger:
             return self._result(
                 c, False, (Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=float(req[GPU])),)
             )
-        misfit = insufficient_resources(req, self._reservation_sum[c.node], self._capacity[c.node])
-        if misfit:
-            return self._result(c, False, misfit)
+        used = self._reservation_sum[c.node]
+        # the fit rule on the precomputed tolerant capacity; the reasons only when it fails
+        if (used + req > self._capacity_tol[c.node]).any():
+            return self._result(c, False, insufficient_resources(req, used, self._capacity[c.node]))
         self._bump(c.node)
         self._add(w, c.node, req, req, is_batch=True)
         return self._result(c, True)
@@ -421,14 +445,14 @@ class Ledger:
     def _update(self, c: ReservationUpdate) -> CommitResult:
         rs = self._rows
         rows = c.rows
-        if len(rows) and (rows.min() < 0 or rows.max() >= rs.high):
+        if len(rows) and (c.row_span[0] < 0 or c.row_span[1] >= rs.high):
             raise IndexError("a reservation update names a row that was never used")
         if c.global_epoch == self._global_epoch:
-            if not rs.alive[rows].all():
+            if not np.take(rs.alive, rows).all():
                 raise ValueError("a reservation update names a free row at the current epoch")
         else:
-            alive = rs.alive[rows]
-            changed = rs.version[rows] > c.global_epoch
+            alive = np.take(rs.alive, rows)
+            changed = np.take(rs.version, rows) > c.global_epoch
             if not alive.all() or changed.any():
                 gone = int((~alive).sum())
                 moved = int((alive & changed).sum())
@@ -436,23 +460,35 @@ class Ledger:
                     c, f"computed at epoch {c.global_epoch}: {gone} row(s) removed, {moved} changed since"
                 )
         new = c.reservations
-        if not np.array_equal(new[:, GPU], rs.request[rows, GPU]):
-            bad = rs.specs[int(rows[np.flatnonzero(new[:, GPU] != rs.request[rows, GPU])[0]])]
-            raise ValueError(f"gpu reservation must equal the request (non-reclaimable); {bad.id!r} differs")  # type: ignore[union-attr]
-        # np.take / np.compress select the same rows as fancy / boolean indexing, ~5x faster on (W, 8)
-        moved_rows = np.any(new != np.take(rs.reservation, rows, axis=0), axis=1)
+        # np.take selects the same rows as fancy indexing, ~5x faster on (W, 8); the any over each
+        # row's 8 comparisons is one word test (rows.any_per_row)
+        neq = np.not_equal(new, np.take(rs.reservation, rows, axis=0), out=np.empty(new.shape, dtype=bool))
+        # gpu: the ledger keeps every row's gpu reservation equal to its request (a row starts at
+        # r = R, and each later write is this check or a reset to R), so only a changed gpu cell
+        # can differ from the request; those are compared with it
+        gpu_moved = neq[:, GPU]
+        if gpu_moved.any():
+            at = np.flatnonzero(gpu_moved)
+            bad_at = at[new[at, GPU] != rs.request[rows[at], GPU]]
+            if len(bad_at):
+                bad = rs.specs[int(rows[bad_at[0]])]
+                msg = f"gpu reservation must equal the request (non-reclaimable); {bad.id!r} differs"  # type: ignore[union-attr]
+                raise ValueError(msg)
+        moved_rows = any_per_row(neq)
         if not moved_rows.any():
             return self._result(c, True)
-        self._bump(np.flatnonzero(np.bincount(rs.node[rows[moved_rows]], minlength=self.n_nodes)))
-        rs.reservation[rows] = new
-        rs.version[rows[moved_rows]] = self._global_epoch
-        # From scratch: one bincount per dimension, and it resets incremental float drift.
-        live = rs.alive[: rs.high]
-        self._reservation_sum = per_node_sum(
-            np.compress(live, rs.node[: rs.high]),
-            np.compress(live, rs.reservation[: rs.high], axis=0),
-            self.n_nodes,
-        )
+        moved_at = np.compress(moved_rows, rows)
+        self._bump(np.flatnonzero(np.bincount(np.take(rs.node, moved_at), minlength=self.n_nodes)))
+        dst, src = as_records(rs.reservation), as_records(new)
+        if dst is not None and src is not None:
+            np.put(dst, rows, src)  # whole rows bit for bit, as ``rs.reservation[rows] = new``
+        else:
+            rs.reservation[rows] = new
+        rs.version[moved_at] = self._global_epoch
+        # From scratch (it resets incremental float drift): one bincount over the flattened rows,
+        # bitwise per_node_sum over the live rows (see indexed_sum).
+        bins = self._sum_bins[: rs.high].reshape(-1)
+        self._reservation_sum = indexed_sum(bins, rs.reservation[: rs.high], self.n_nodes)
         return self._result(c, True)
 
 

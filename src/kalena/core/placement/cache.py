@@ -22,7 +22,7 @@ import numpy as np
 from kalena.core.ledger import Ledger
 from kalena.core.placement.config import PlacementConfig
 from kalena.core.placement.nodeindex import NodeIndex
-from kalena.core.placement.score import bucket_key, stranded_balance
+from kalena.core.placement.score import StrandedParts, bucket_key
 from kalena.core.placement.topology import ProductionAntiAffinity
 from kalena.core.resources import Resources
 
@@ -31,6 +31,7 @@ from kalena.core.resources import Resources
 class _Entry:
     value: np.ndarray  # (N,) cached stranded term
     seen: np.ndarray  # (N,) generation each value was computed at (-1: never)
+    request: np.ndarray  # (d,) the request on the stranded dimensions
 
 
 class ScoreCache:
@@ -43,6 +44,8 @@ class ScoreCache:
         self.key = np.full((n_nodes, int(dims.sum())), np.nan)  # NaN never equals: first sync bumps all
         self.gen = np.zeros(n_nodes, dtype=np.int64)
         self._entries: OrderedDict[Resources, _Entry] = OrderedDict()
+        self._parts: StrandedParts | None = None  # the capacity side of the term, per node
+        self._parts_of: np.ndarray | None = None  # the (read-only) capacity it was computed from
         self.hits = 0
         self.misses = 0
 
@@ -54,7 +57,7 @@ class ScoreCache:
 
     def sync_node(self, node: int, slack_row: np.ndarray) -> None:
         key = bucket_key(slack_row[self._dims], self._width)
-        if np.any(key != self.key[node]):
+        if (key != self.key[node]).any():
             self.gen[node] += 1
             self.key[node] = key
 
@@ -70,21 +73,31 @@ class ScoreCache:
         entry = self._entries.get(request)
         if entry is None:
             n = len(self.gen)
-            entry = _Entry(np.zeros(n), np.full(n, -1, dtype=np.int64))
+            entry = _Entry(np.zeros(n), np.full(n, -1, dtype=np.int64), req[self._dims])
             self._entries[request] = entry
             if len(self._entries) > self._max:
                 self._entries.popitem(last=False)
         else:
             self._entries.move_to_end(request)
-        stale = entry.seen[nodes] != self.gen[nodes]
-        n_stale = int(stale.sum())
+        gen = self.gen[nodes]
+        stale = entry.seen[nodes] != gen
+        n_stale = int(np.count_nonzero(stale))
         if n_stale:
             idx = nodes[stale]
-            entry.value[idx] = stranded_balance(self.quantised(idx, len(req)), req, capacity[idx], self._dims)
-            entry.seen[idx] = self.gen[idx]
+            # stranded_balance of the quantised slack, with the capacity side computed once
+            q = self.key[idx] * self._width
+            entry.value[idx] = self._capacity_parts(capacity).balance(q, entry.request, idx)
+            entry.seen[idx] = gen[stale]
         self.misses += n_stale
         self.hits += len(nodes) - n_stale
         return entry.value[nodes]
+
+    def _capacity_parts(self, capacity: np.ndarray) -> StrandedParts:
+        """Kept while the same read-only capacity array comes back (the ledger's); else rebuilt."""
+        if self._parts is None or capacity is not self._parts_of:
+            self._parts = StrandedParts(capacity, self._dims)
+            self._parts_of = None if capacity.flags.writeable else capacity
+        return self._parts
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
-from kalena.core.ledger.fit import fits_mask, insufficient_resources
+from kalena.core.ledger.fit import fits_mask, insufficient_resources_rows
 from kalena.core.model import SpreadConstraint, WorkloadSpec
 from kalena.core.placement.state import PassState
 from kalena.core.placement.topology import spread_ok
@@ -175,9 +175,7 @@ class EvictionCooldown:
         whys = (
             (),
             *(
-                (
-                    Reason(ReasonCode.EVICTION_COOLDOWN, seconds=until[(pod.equivalence_key, int(n))] - now),
-                )
+                (Reason(ReasonCode.EVICTION_COOLDOWN, seconds=until[(pod.equivalence_key, int(n))] - now),)
                 for n in nodes
             ),
         )
@@ -212,26 +210,29 @@ class FitCheck:
 
     def reasons(self, nodes: np.ndarray) -> Sequence[tuple[Reason, ...]]:
         s = self.state
-        return [insufficient_resources(self.req, s.reservation[n], s.capacity[n]) for n in nodes]
+        return insufficient_resources_rows(self.req, s.reservation[nodes], s.capacity[nodes])
 
 
 @dataclass(slots=True, eq=False)
 class CachedFitCheck(FitCheck):
-    """Fit for a whole class, recomputed only on nodes whose epoch moved since it was last computed."""
+    """Fit for a whole class, kept over every node and recomputed only on the nodes this pass placed on.
+
+    Within a pass only the pass's own placements move a node's sums (the ledger is not written),
+    so after the first call the stale nodes are those in ``state.placed_nodes`` since the last one.
+    """
 
     fit: np.ndarray | None = None
-    seen: np.ndarray | None = None
+    upto: int = 0  # state.placed when ``fit`` was last brought up to date
 
     def passes(self, nodes: np.ndarray) -> np.ndarray:
         s = self.state
-        if self.fit is None or self.seen is None:
-            self.fit = np.zeros(s.n, dtype=bool)
-            self.seen = np.full(s.n, -1, dtype=np.int64)
-        stale = self.seen[nodes] != s.node_epoch[nodes]
-        if stale.any():
-            idx = nodes[stale]
-            self.fit[idx] = fits_mask(self.req, s.reservation[idx], s.capacity_tol[idx])
-            self.seen[idx] = s.node_epoch[idx]
+        if self.fit is None:
+            self.fit = fits_mask(self.req, s.reservation, s.capacity_tol)
+            self.upto = s.placed
+        elif self.upto != s.placed:  # usually one node: row by row beats gathering an index
+            for n in s.placed_nodes[self.upto : s.placed]:
+                self.fit[n] = fits_mask(self.req, s.reservation[n], s.capacity_tol[n])
+            self.upto = s.placed
         return self.fit[nodes]
 
 

@@ -4,7 +4,7 @@ One pass, for each pending pod in :func:`pending_sort_key` order:
 
 1. **Filter** (``filters.DEFAULT_FILTERS``, in order). With equivalence reuse, the per-class
    filters run once per equivalence key for the whole pass and the fit is cached per class,
-   recomputed only on nodes whose epoch moved (the node the previous pod went to); the
+   recomputed only on the nodes this pass placed on since (the node the previous pod went to); the
    per-pod filters (namespace cap, production and own anti-affinity, spread) run on candidates.
 2. **Sample** (relaxed randomisation, seed 000 §4.2): above ``sample_above_nodes`` nodes, walk
    the candidates in a random order (a per-pass permutation, a per-pod random start) and stop at
@@ -29,7 +29,7 @@ from kalena.core.model import Tier, WorkloadSpec
 from kalena.core.placement.cache import PlacementCache
 from kalena.core.placement.config import PlacementConfig, SchedulingContext
 from kalena.core.placement.filters import DEFAULT_FILTERS, Filter, ReservationFit
-from kalena.core.placement.runner import Prepared, explain, feasible, prepare, reasons_of, weighted_score
+from kalena.core.placement.runner import Prepared, explain, feasible, prepare, reasons_of
 from kalena.core.placement.score import DEFAULT_SCORES, Score
 from kalena.core.placement.state import PassState
 from kalena.core.placement.why import WhyPending, binding_dimension
@@ -68,17 +68,18 @@ def candidate_sort_key(score: float, node: int) -> tuple[float, int]:
 
 def same_class(a: WorkloadSpec, b: WorkloadSpec) -> bool:
     """Whether ``b`` may reuse ``a``'s class results and why-pending: all they read but identity is equal."""
+    # ``x is y`` first: pods of one job usually share these objects, and it spares the comparison
     return (
         a.equivalence_key == b.equivalence_key
-        and a.requests == b.requests
-        and a.node_selector == b.node_selector
-        and a.tolerations == b.tolerations
-        and a.labels == b.labels
+        and (a.requests is b.requests or a.requests == b.requests)
+        and (a.node_selector is b.node_selector or a.node_selector == b.node_selector)
+        and (a.tolerations is b.tolerations or a.tolerations == b.tolerations)
+        and (a.labels is b.labels or a.labels == b.labels)
         and a.namespace == b.namespace
         and a.image == b.image
-        and a.anti_affinity == b.anti_affinity
+        and (a.anti_affinity is b.anti_affinity or a.anti_affinity == b.anti_affinity)
         and a.anti_affinity_topology_key == b.anti_affinity_topology_key
-        and a.spread == b.spread
+        and (a.spread is b.spread or a.spread == b.spread)
     )
 
 
@@ -104,6 +105,9 @@ class _Pass:
     ) -> None:
         self.state, self.config, self.rng = state, config, rng
         self.filters, self.scores = tuple(filters), tuple(scores)
+        self.per_pod = tuple(f for f in self.filters if not f.per_class)
+        # (plugin, weight) for every term with a non-zero weight, looked up once per pass
+        self.weighted = tuple((sc, w) for sc in self.scores if (w := config.weight(sc.name)))
         n = state.n
         self.sample = config.relaxed_randomisation and n > config.sample_above_nodes
         self.k = config.sample_feasible if self.sample else None
@@ -154,9 +158,7 @@ class _Pass:
         if cls is None:
             return prepare(self.filters, pod, self.state)
         out: list[Prepared] = []
-        for f in self.filters:
-            if f.per_class:
-                continue
+        for f in self.per_pod:
             if f is self.fit_plugin:
                 out.append(cls.fit)
             elif (check := f.prepare(pod, self.state)) is not None:
@@ -181,10 +183,23 @@ class _Pass:
             if cls is not None:
                 cls.why, cls.why_at = why, state.placed
             return why
-        values = weighted_score(self.scores, self.config, pod, state, cands)
+        values = self.score(pod, cands)
+        if self.k is None:  # candidates ascend: the first maximum is the lowest index among ties
+            i = int(values.argmax())
+            best = float(values[i])
+            if best == best:  # (NaN: the general form below, which fails loudly)
+                return int(cands[i]), best
         best = float(values.max())
         node = int(cands[values == best].min())  # candidate_sort_key: max score, then lowest index
         return node, best
+
+    def score(self, pod: WorkloadSpec, nodes: np.ndarray) -> np.ndarray:
+        """``runner.weighted_score`` with the weights looked up once per pass."""
+        total = np.zeros(len(nodes))
+        for sc, w in self.weighted:
+            term = sc.score(pod, self.state, nodes)
+            total += term if w == 1.0 else w * term  # 1.0 * x is x, bit for bit
+        return total
 
 
 class _NoCheck:

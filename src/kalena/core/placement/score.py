@@ -42,19 +42,49 @@ def stranded_balance(
     Shapes: ``quantised_slack`` and ``capacity`` ``(k, 8)``, ``request`` ``(8,)``, ``dims`` ``(8,)`` bool.
     A node with fewer than two usable dimensions scores 1 (nothing can be stranded).
     """
-    q = quantised_slack[:, dims]
-    c = capacity[:, dims]
-    invalid = ~(np.isfinite(c) & (c > 0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f = (q - request[dims]) / c
-    np.clip(f, 0.0, 1.0, out=f)
-    f[invalid] = 0.0  # also clears NaN from inf / inf and x / 0
-    n = f.shape[1] - invalid.sum(axis=1)
-    safe_n = np.maximum(n, 1)
-    dev = f - (f.sum(axis=1) / safe_n)[:, None]
-    dev[invalid] = 0.0
-    var = np.einsum("ij,ij->i", dev, dev) / safe_n
-    return np.where(n >= 2, 1.0 - 2.0 * np.sqrt(var), 1.0)
+    return StrandedParts(capacity, dims).balance(quantised_slack[:, dims], request[dims], slice(None))
+
+
+class StrandedParts:
+    """The capacity side of :func:`stranded_balance` for every node, computed once (capacity is fixed).
+
+    Per node, on the stranded dimensions: the divisor ``C_d`` (1 where the dimension is not usable,
+    so that no inf or NaN needs silencing: those cells are zeroed anyway), the unusable mask, the
+    number of usable dimensions and whether there are at least two. :meth:`balance` is then the
+    per-request arithmetic only, in the same NumPy operations on the same shapes as the formula, so
+    its values are bitwise those of :func:`stranded_balance`.
+    """
+
+    __slots__ = ("divisor", "invalid", "safe_n", "scored")
+
+    def __init__(self, capacity: np.ndarray, dims: np.ndarray) -> None:
+        c = capacity[:, dims]
+        invalid = ~(np.isfinite(c) & (c > 0))
+        self.invalid = invalid
+        self.divisor = np.where(invalid, 1.0, c)
+        n = c.shape[1] - invalid.sum(axis=1)
+        self.safe_n = np.maximum(n, 1)
+        self.scored = n >= 2
+
+    def balance(self, q: np.ndarray, request: np.ndarray, nodes: np.ndarray | slice) -> np.ndarray:
+        """The term for ``nodes``: quantised slack ``q`` (k, d) and ``request`` (d,), on the dimensions."""
+        invalid = self.invalid[nodes]
+        k, d = invalid.shape
+        # Column-major, as the formula's ``capacity[:, dims]`` pick makes it: the row sums and
+        # einsum below then add in the same order, so the values are the same to the last bit.
+        f = np.empty((d, k)).T if k > 1 else np.empty((k, d))
+        if np.isfinite(request).all():
+            np.divide(np.subtract(q, request, out=f), self.divisor[nodes], out=f)
+        else:  # inf - inf on an unusable cell: NaN, zeroed below
+            with np.errstate(invalid="ignore"):
+                np.divide(np.subtract(q, request, out=f), self.divisor[nodes], out=f)
+        np.clip(f, 0.0, 1.0, out=f)
+        f[invalid] = 0.0
+        safe_n = self.safe_n[nodes]
+        dev = f - (f.sum(axis=1) / safe_n)[:, None]
+        dev[invalid] = 0.0
+        var = np.einsum("ij,ij->i", dev, dev) / safe_n
+        return np.where(self.scored[nodes], 1.0 - 2.0 * np.sqrt(var), 1.0)
 
 
 def colocation(service_count: np.ndarray, batch_count: np.ndarray) -> np.ndarray:
@@ -108,6 +138,7 @@ class ScoreView(Protocol):
 
     service_count: np.ndarray
     batch_count: np.ndarray
+    colocation: np.ndarray  # (N,) ``colocation(service_count, batch_count)``, kept current by the pass
     stability: np.ndarray
     images: Mapping[str, np.ndarray]
 
@@ -133,7 +164,7 @@ class CoLocation:
     name = "colocation"
 
     def score(self, pod: WorkloadSpec, view: ScoreView, nodes: np.ndarray) -> np.ndarray:
-        return colocation(view.service_count[nodes], view.batch_count[nodes])
+        return view.colocation[nodes]
 
 
 class ImageLocality:

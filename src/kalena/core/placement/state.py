@@ -3,7 +3,9 @@
 The pass never writes to the ledger. It copies the per-node reservation sums, counts and epochs
 (``(N, 8)`` and ``(N,)`` arrays: cheap), and records its own placements in an overlay so that
 later pods in the same pass see them (fit, anti-affinity, spread, namespace caps). Each placement
-bumps the copied node epoch, which is the epoch the next placement on that node is stamped with.
+bumps the copied node epoch, which is the epoch the next placement on that node is stamped with,
+and is logged in ``placed_nodes`` (the per-class fit refreshes exactly those nodes). The overlay's
+identity and label index is built only when a selector asks (most passes have none).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from kalena.core.model import Selector, WorkloadSpec
 from kalena.core.placement.cache import ScoreCache
 from kalena.core.placement.config import PlacementConfig, SchedulingContext
 from kalena.core.placement.nodeindex import NodeIndex
-from kalena.core.placement.score import bucket_key, stability, stranded_balance
+from kalena.core.placement.score import bucket_key, colocation, stability, stranded_balance
 from kalena.core.placement.topology import ProductionAntiAffinity
 from kalena.core.resources import GPU
 
@@ -58,8 +60,11 @@ class PassState:
         self.node_epoch = ledger.node_epochs.copy()
         self.ns_running = dict(ledger.namespace_running())
         self.placed = 0  # placements made in this pass: a version for "nothing changed since"
-        self._overlay = ResidentIndex()
-        self._overlay_node: list[int] = []
+        self.placed_nodes: list[int] = []  # the node of each placement of this pass, in order
+        self._placed_specs: list[WorkloadSpec] = []
+        self._overlay = ResidentIndex()  # this pass's placements by identity and label, built on demand
+        self._indexed = 0  # placements already in the overlay
+        self.colocation = colocation(self.service_count, self.batch_count)  # the term, kept per placement
         self.eligible = nodes.all if ctx.eligible is None else np.asarray(ctx.eligible, dtype=bool)
         self.stability = (
             np.ones(n)
@@ -76,7 +81,9 @@ class PassState:
         self._dim_idx = np.flatnonzero(self._dims)
         self._dim_width = config.width_array[self._dims]
         if scores is not None:
-            scores.sync(self.slack(np.arange(n)))
+            s = self.capacity - self.reservation  # slack() of every node, without gathering them
+            s[:, GPU] = 0.0
+            scores.sync(s)
 
     def slack(self, nodes: np.ndarray) -> np.ndarray:
         """``C - U`` for ``nodes`` as this pass sees it, gpu column 0."""
@@ -98,12 +105,15 @@ class PassState:
     def matching_nodes(self, selector: Selector) -> np.ndarray:
         """Node of every resident (ledger or this pass) that ``selector`` matches, with repeats."""
         base = self.ledger.matching_nodes(selector)
-        if not self._overlay_node:
+        if not self.placed_nodes:
             return base
+        while self._indexed < len(self._placed_specs):  # index the placements made since last asked
+            self._overlay.add(self._indexed, self._placed_specs[self._indexed])
+            self._indexed += 1
         extra = self._overlay.match(selector)
         if not extra:
             return base
-        mine = np.asarray(self._overlay_node, dtype=np.int64)[
+        mine = np.asarray(self.placed_nodes, dtype=np.int64)[
             np.fromiter(extra, dtype=np.int64, count=len(extra))
         ]
         return np.concatenate([base, mine])
@@ -113,11 +123,13 @@ class PassState:
         epoch = int(self.node_epoch[node])
         self.reservation[node] += pod.requests.array()
         self.batch_count[node] += 1
-        self.node_epoch[node] += 1
+        self.node_epoch[node] = epoch + 1
         self.ns_running[pod.namespace] = self.ns_running.get(pod.namespace, 0) + 1
-        self._overlay.add(len(self._overlay_node), pod)
-        self._overlay_node.append(node)
+        self._placed_specs.append(pod)
+        self.placed_nodes.append(node)
         self.placed += 1
+        # colocation() of the node's new counts: batch is now resident there
+        self.colocation[node] = 1.0 if self.service_count[node] > 0 else 0.0
         if self.scores is not None:
             s = self.capacity[node] - self.reservation[node]
             s[GPU] = 0.0
