@@ -223,7 +223,13 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
 
     # 2. evictions on the screened nodes -----------------------------------------------------------
     flagged = np.flatnonzero(eviction_screen(view, acute, triggered))
-    previous = state.previous_of(view.slot, view.ids) if len(flagged) else None
+    previous = None
+    if len(flagged):  # the previous reservations of the flagged nodes' rows only (W, 8), NaN elsewhere
+        on = np.concatenate([view.rows_of(k) for k in flagged.tolist()])
+        seen = state.previous_of(view.slot[on], view.ids[on])
+        if seen is not None:
+            previous = np.full((w, NDIM), np.nan)
+            previous[on] = seen
     plans: dict[int, EvictionPlan] = {}
     pressure = np.zeros((n, NDIM), dtype=bool)
     alive = np.ones(w, dtype=bool)
