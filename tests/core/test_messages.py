@@ -232,6 +232,8 @@ def test_non_finite_numbers_are_strings_on_the_wire():
         "used": "nan",
         "capacity": "inf",
         "detail": "",
+        "seconds": 0.0,
+        "limit_s": 0.0,
     }
     assert "NaN" not in dumps(EscalationMsg("n0", True, None, (), r))
 

@@ -369,7 +369,7 @@ class Simulation:
         t.cap[rows] = d.starvation.cap
         m.counts["starvation_caps"] += int(np.isfinite(d.starvation.cap).sum())
         self._lifecycle(view.is_batch & ~d.gone, rows, d.below_request, now)
-        self._oom(now)
+        self._oom(now, d.triggered)
 
     def _lifecycle(self, batch: np.ndarray, rows: np.ndarray, below: np.ndarray, now: float) -> None:
         """Started once past the startup; throttled while the round's quota is below the request."""
@@ -396,21 +396,29 @@ class Simulation:
         s.psi_some[:, CPU] = self.psi
         return s
 
-    def _oom(self, now: float) -> None:
-        """The kernel: a row over its own memory limit, or a node whose memory use still exceeds capacity."""
+    def _oom(self, now: float, triggered: np.ndarray) -> None:
+        """The kernel: a row over its own memory limit, or a node whose memory use still exceeds capacity.
+
+        Only nodes the round saw above its trigger fraction on ram or storage can be over capacity
+        (evictions only lower use), so only those are summed; limits are checked on every row.
+        """
         led, t = self.ledger, self.table
         rs = led.row_arrays()
-        live = rs.live_rows()
-        on = rs.node[live]
-        u = np.nan_to_num(t.usage[live][:, memory.DIMS_NC])
-        over_limit = np.any(u > t.limit[live][:, memory.DIMS_NC], axis=1)
-        use = np.stack(
-            [np.bincount(on, weights=u[:, j], minlength=led.n_nodes) for j in range(u.shape[1])], 1
-        )
-        nodes = set(np.flatnonzero(np.any(use > self.cap[:, memory.DIMS_NC], axis=1)).tolist())
-        nodes.update(on[over_limit].tolist())
+        h = rs.high
+        nc = memory.DIMS_NC
+        alive = rs.alive[:h]
+        u = t.usage[:h, nc]
+        with np.errstate(invalid="ignore"):  # NaN (no sample, free row) is never over anything
+            over_limit = alive & np.any(u > t.limit[:h, nc], axis=1)
+        nodes = set(rs.node[:h][over_limit].tolist())
+        for n in np.flatnonzero(triggered[:, nc].any(axis=1)).tolist():
+            rows = np.flatnonzero(alive & (rs.node[:h] == n))
+            if np.any(np.nansum(u[rows], axis=0) > self.cap[n, nc]):
+                nodes.add(n)
         if not nodes:
             return
+        live = rs.live_rows()
+        on = rs.node[live]
         for n in sorted(nodes):
             rows = live[on == n]
             for row in memory.oom_victims(rows, rs.is_batch, t.usage, t.limit, self.cap[n]):
