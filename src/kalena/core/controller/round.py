@@ -7,8 +7,9 @@
    and triggered where it exceeds ``trigger_fraction`` or a kernel notification arrived. The node's
    use is what its own accounting measured (``node_used``) or else the sum of its rows.
 2. **Evictions.** A screen over all nodes finds those where a non-compressible dimension is
-   breached (``sum r' > C``), over capacity, or signalled; each gets the core's ``plan_evictions``
-   on its snapshot. Victims leave the round's view (a service victim stays at ``r = R``).
+   breached (``sum r' > C``) or over capacity: each gets the core's ``plan_evictions`` on its
+   snapshot. Victims leave the round's view (a service victim stays at ``r = R``). A node only
+   signalled is under pressure there with no victim, as the plan would find it.
 3. **Anti-starvation and throttle** on what is left: ``starvation_nodes`` (floors for starved
    batch, caps on services above their reservation) feeding ``throttle_nodes`` (the allowance
    ``A`` from the previous one, quotas by water-filling).
@@ -189,25 +190,35 @@ def node_signals(view: NodesView, config: RoundConfig) -> tuple[np.ndarray, np.n
     return acute, triggered
 
 
-def eviction_screen(view: NodesView, acute: np.ndarray, triggered: np.ndarray) -> np.ndarray:
-    """(N,) bool: the nodes ``plan_evictions`` must see (any non-compressible dimension pressured)."""
+def eviction_screen(
+    view: NodesView, acute: np.ndarray, triggered: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(signalled (N, 8), possible (N,))`` on the non-compressible dimensions.
+
+    ``signalled``: a kernel signal (trigger, acute, memory event for ram): the dimension is under
+    pressure whatever the sums say. ``possible``: a node where ``sum r' > C`` or ``sum u > C``
+    (within ``SCREEN_RTOL``), the only nodes where ``plan_evictions`` can name a victim; it runs
+    on those. A node only signalled is under pressure with no victim ("a signal without a breach
+    evicts nobody"), which needs no plan.
+    """
     n = view.n_nodes
     ledger = view.in_ledger
     rows = np.flatnonzero(ledger)
     on = view.node[rows]
     eff = view.effective_reservation
-    signalled = (acute | triggered)[:, _NC]
-    signalled[:, _NC.tolist().index(RAM)] |= view.memory_events > 0
-    out = signalled.any(axis=1)
-    for j, d in enumerate(_NC):
+    signalled = np.zeros((n, NDIM), dtype=bool)
+    signalled[:, _NC] = (acute | triggered)[:, _NC]
+    signalled[:, RAM] |= view.memory_events > 0
+    possible = np.zeros(n, dtype=bool)
+    for d in _NC:
         cap = view.capacity[:, d]
-        if not np.isfinite(cap).any() and not signalled[:, j].any():
-            continue
+        if not np.isfinite(cap).any():
+            continue  # no node constrains it (Irina's storage): nothing is ever over
         reserved = np.bincount(on, weights=eff[rows, d], minlength=n)
         used = np.bincount(on, weights=np.nan_to_num(view.seen_usage[rows, d]), minlength=n)
         near = cap - SCREEN_RTOL * np.maximum(1.0, np.abs(cap))
-        out |= (reserved > near) | (used > near)
-    return out
+        possible |= (reserved > near) | (used > near)
+    return signalled, possible
 
 
 _NC = np.flatnonzero(NON_COMPRESSIBLE)
@@ -222,7 +233,8 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
     acute, triggered = node_signals(view, rc)
 
     # 2. evictions on the screened nodes -----------------------------------------------------------
-    flagged = np.flatnonzero(eviction_screen(view, acute, triggered))
+    signalled, possible = eviction_screen(view, acute, triggered)
+    flagged = np.flatnonzero(possible)
     previous = None
     if len(flagged):  # the previous reservations of the flagged nodes' rows only (W, 8), NaN elsewhere
         on = np.concatenate([view.rows_of(k) for k in flagged.tolist()])
@@ -231,7 +243,7 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
             previous = np.full((w, NDIM), np.nan)
             previous[on] = seen
     plans: dict[int, EvictionPlan] = {}
-    pressure = np.zeros((n, NDIM), dtype=bool)
+    pressure = signalled.copy()  # where no plan runs, a signal is the pressure (and no victim)
     alive = np.ones(w, dtype=bool)
     res = view.reservation
     row_of: dict[str, int] = {}
@@ -241,6 +253,7 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
             k, rows, conditions=view.conditions_of(k, acute, triggered), previous_reservation=previous
         )
         plan = plan_evictions(snap, config.eviction, now)
+        pressure[k] = False  # the plan's own judgement of the node, as the one-node plan gives it
         for p in plan.pressures:
             pressure[k, DIMS.index(p.condition.dimension)] = True
         if not plan.victims:
