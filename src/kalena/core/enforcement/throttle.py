@@ -169,7 +169,7 @@ def water_fill_groups(
 
     For every group ``g`` finds ``lam`` with ``sum min(cap_i, lam * basis_i) = min(total_g, sum caps)``
     by saturating the capped shares one round at a time (at most the largest group's size rounds,
-    each a few whole-array operations). An infinite total gives every row its cap.
+    each over the rows not yet settled). An infinite total gives every row its cap.
     """
     total = np.asarray(total, dtype=np.float64)
     caps = np.asarray(caps, dtype=np.float64)
@@ -177,22 +177,28 @@ def water_fill_groups(
     n = len(total)
     unbounded = np.isinf(total)
     q = np.where(unbounded[group], caps, 0.0)
-    free = ~unbounded[group]
     rem = np.where(unbounded, 0.0, np.maximum(total, 0.0))
-    while True:
-        act = free & (rem[group] > 0)
-        if not act.any():
-            return q
-        sb = np.bincount(group[act], weights=basis[act], minlength=n)
+    # the rows still to share, ascending (so every group's sums add in row order, whatever else
+    # is in the call); each round drops the rows it settled, so later rounds touch only the few
+    # groups where caps keep binding
+    idx = np.flatnonzero(~unbounded[group])
+    while len(idx):
+        g = group[idx]
+        live = rem[g] > 0  # a group with nothing left to share leaves its free rows at 0
+        idx, g = idx[live], g[live]
+        if not len(idx):
+            break
+        b, c = basis[idx], caps[idx]
+        sb = np.bincount(g, weights=b, minlength=n)
         with np.errstate(invalid="ignore", divide="ignore"):
-            want = np.where(act, rem[group] / sb[group] * basis, 0.0)
-        sat = act & (want >= caps)
-        sat_node = np.bincount(group[sat], minlength=n) > 0
-        done = act & ~sat_node[group]  # no cap binds in this group: the shares stand
-        q[done] = want[done]
-        q[sat] = caps[sat]
-        rem = rem - np.bincount(group[sat], weights=caps[sat], minlength=n)
-        free &= ~(done | sat)
+            want = rem[g] / sb[g] * b
+        sat = want >= c
+        done = ~(np.bincount(g[sat], minlength=n) > 0)[g]  # no cap binds in this group: shares stand
+        q[idx[done]] = want[done]
+        q[idx[sat]] = c[sat]
+        rem = rem - np.bincount(g[sat], weights=c[sat], minlength=n)
+        idx = idx[~(done | sat)]
+    return q
 
 
 def water_fill(total: float, caps: np.ndarray, basis: np.ndarray) -> np.ndarray:
