@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 from hypothesis import strategies as st
 
-from kalena.core.controller import RoundConfig
-from kalena.core.enforcement import EscalationConfig, EvictionConfig, StarvationConfig, ThrottleConfig
 from kalena.core.enforcement.nodes import NodesView
 from kalena.core.resources import CPU, NDIM, RAM, STORAGE
-
-
-@dataclass(frozen=True, slots=True)
-class RoundPolicyConfig:
-    """The configs the round reads, for tests that need no full policy config."""
-
-    eviction: EvictionConfig = field(default_factory=EvictionConfig)
-    throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
-    starvation: StarvationConfig = field(default_factory=StarvationConfig)
-    escalation: EscalationConfig = field(default_factory=EscalationConfig)
-    round: RoundConfig = field(default_factory=RoundConfig)
 
 
 def node_view(view: NodesView, k: int) -> NodesView:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from kalena.core.config import PolicyConfig
 from kalena.core.controller import (
     RoundConfig,
     RoundState,
@@ -24,10 +25,10 @@ from kalena.core.enforcement.nodes import NodesView
 from kalena.core.ledger import Ledger, PlaceBatch
 from kalena.core.resources import CPU, NDIM, RAM, Resources
 from kalena.testing.builders import node, workload
-from kalena.testing.controller import RoundPolicyConfig, nodes_views
+from kalena.testing.controller import nodes_views
 from kalena.testing.enforcement import batch_resident, node_snapshot, resident
 
-CFG = RoundPolicyConfig()
+CFG = PolicyConfig()
 
 
 def _one(*residents, ram=8.0, cpu=4.0, **conditions) -> NodesView:
@@ -73,7 +74,7 @@ def test_estimator_limit_is_the_limit_within_capacity_but_never_below_the_reques
 
 
 def test_cpu_pressure_persists_only_once_every_batch_quota_is_at_the_minimum():
-    cfg = RoundPolicyConfig(escalation=EscalationConfig(rounds=3, persist_s=1e6))
+    cfg = PolicyConfig(escalation=EscalationConfig(rounds=3, persist_s=1e6))
     view = _one(
         resident("web", cpu=3.0, usage={"cpu": 3.0}),
         batch_resident("b", cpu=1.0, usage={"cpu": 1.0}),
@@ -93,7 +94,7 @@ def test_cpu_pressure_persists_only_once_every_batch_quota_is_at_the_minimum():
 
 def test_escalation_drains_after_the_plan_with_consecutive_epochs():
     """A signal without a breach evicts nobody; persisting, it escalates: every batch is drained."""
-    cfg = RoundPolicyConfig(escalation=EscalationConfig(rounds=2, persist_s=1e6))
+    cfg = PolicyConfig(escalation=EscalationConfig(rounds=2, persist_s=1e6))
     view = _one(
         resident("web", ram=2.0, usage={"ram": 2.0}),
         batch_resident("b1", ram=1.0, priority=1, usage={"ram": 1.0}),

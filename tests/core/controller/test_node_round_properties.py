@@ -12,6 +12,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kalena.core.config import PolicyConfig
 from kalena.core.controller import RoundDecision, RoundState, node_round
 from kalena.core.enforcement import EscalationConfig, MitigationRound, decide_escalation, failed_run
 from kalena.core.enforcement.escalation import EscalationRuns, advance_runs
@@ -19,10 +20,10 @@ from kalena.core.enforcement.nodes import NodesView
 from kalena.core.enforcement.starvation import plan_anti_starvation, starvation_nodes
 from kalena.core.enforcement.throttle import plan_throttle, throttle_nodes
 from kalena.core.resources import CPU, NDIM
-from kalena.testing.controller import RoundPolicyConfig, node_view, nodes_views
+from kalena.testing.controller import node_view, nodes_views
 from kalena.testing.enforcement import node_snapshot
 
-CFG = RoundPolicyConfig()
+CFG = PolicyConfig()
 
 
 def _evolve(view: NodesView, decision: RoundDecision, t: float) -> NodesView:

@@ -231,12 +231,6 @@ def cpu_pressured_nodes(
     return triggered[:, CPU] | acute[:, CPU] | (~np.isnan(psi) & (psi >= config.psi_some_threshold))
 
 
-def cpu_pressured(snap: NodeSnapshot, config: ThrottleConfig) -> bool:
-    """PSI cpu ``some`` at or above the threshold, or a kernel signal on cpu."""
-    c = snap.conditions
-    return bool(cpu_pressured_nodes(c.triggered[None], c.acute[None], c.psi_some[None], config)[0])
-
-
 #: :class:`ThrottleCause` by code, the order of the ``cause`` column of :class:`NodesThrottle`.
 CAUSES: tuple[ThrottleCause, ...] = tuple(ThrottleCause)
 _C = {c: k for k, c in enumerate(CAUSES)}
