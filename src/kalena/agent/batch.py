@@ -51,7 +51,7 @@ from kalena.agent.config import AgentConfig
 from kalena.agent.runtime import ProcessRuntime, read_inbox, take
 from kalena.agent.state import LIVE, AgentState, EvictionRecord, JobRecord, StateStore
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite
-from kalena.core.enforcement import EvictionCause
+from kalena.core.enforcement import EvictionCause, start_quota
 from kalena.core.ledger import Ledger, PlaceBatch, RemovalCause, RemoveBatch
 from kalena.core.lifecycle import TaskState, TransitionReason, eviction_reason
 from kalena.core.model import Tier, WorkloadSpec
@@ -301,7 +301,7 @@ class BatchRuns:
 
     def _start(self, ledger: Ledger, job: JobRecord, now: float) -> bool:
         assert job.cgroup is not None and job.workload_id is not None
-        quota = max(job.requests.get("cpu", 0.0), self.config.policy.throttle.min_quota_cores)
+        quota = float(start_quota(job.requests.get("cpu", 0.0), self.config.policy.throttle))
         self.writer.create(job.cgroup, f"admit {job.workload_id}")
         self.writer.apply(
             [

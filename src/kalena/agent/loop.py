@@ -53,7 +53,14 @@ from kalena.agent.sources import EventSources
 from kalena.agent.state import AgentState, EvictionRecord, StateStore
 from kalena.agent.telemetry import UsageMeter
 from kalena.agent.writer import Knob, KnobWrite, ManagedScope, WriteRecord
-from kalena.core.controller import NodeSignals, RoundState, node_round, spec_limits, view_from_ledger
+from kalena.core.controller import (
+    NodeSignals,
+    RoundDecision,
+    RoundState,
+    node_round,
+    spec_limits,
+    view_from_ledger,
+)
 from kalena.core.enforcement import (
     EscalationDecision,
     EvictionPlan,
@@ -85,6 +92,7 @@ class StepReport:
     admitted: tuple[str, ...]
     finished: tuple[str, ...]
     estimated: bool
+    decision: RoundDecision  # the core round's whole answer (the fields above are this node's part)
 
 
 def scope_of(decl: Declaration) -> ManagedScope:
@@ -292,7 +300,7 @@ class Agent:
         if estimated:  # the rest (allowance, rounds, first-seen) is cheap to lose: saved every estimate
             self.store.save(self.state)
         return StepReport(
-            now, tuple(events), plan, evicted, tplan, records, escalation, admitted, finished, estimated
+            now, tuple(events), plan, evicted, tplan, records, escalation, admitted, finished, estimated, d
         )
 
     def _view(self, usage: Mapping[str, Mapping[str, float]], events: Sequence[AgentEvent]) -> NodesView:
@@ -339,6 +347,7 @@ class Agent:
             signals=signals,
             throttled_s=throttled,
             evicting=busy,
+            copy=True,  # the StepReport keeps the decision (and its view) past this round's commitments
         )
 
     def _sample(self, now: float) -> dict[str, dict[str, float]]:
@@ -405,6 +414,8 @@ class Agent:
             if v.tier is Tier.BATCH:  # the harmful-pairing history (and the cooldown) in the keeper
                 until = None if v.requeue is None else v.requeue.cooldown_until
                 self.batch.evicted_from_node(v.equivalence_key, now, until)
+            else:  # its owner restarts it at once (r = R): the estimator's startup grace runs from now
+                self.state.first_seen[v.workload] = now
         for res in self.ledger.apply_all(
             eviction_commitments(
                 [v for _, v in started], self.ledger.node_index[self.declaration.node.name], epoch
@@ -416,7 +427,8 @@ class Agent:
         return tuple(rec.workload for rec, _ in started)
 
     def _evicted(self, rec: EvictionRecord) -> None:
-        self.meter.forget(rec.workload)
+        if rec.tier == "batch":  # a run ends with its cgroup; a production cgroup and its counters stay
+            self.meter.forget(rec.workload)
         self.batch.evicted(rec)
 
     def _escalate(self, decision: EscalationDecision, epoch: int, now: float) -> None:

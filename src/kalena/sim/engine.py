@@ -2,7 +2,8 @@
 
 One tick (``dt`` = 10 s by default) at time ``t``, in order:
 
-1. arrivals: batch pods submitted by ``t`` join the queue;
+1. arrivals: batch pods submitted by ``t`` join the queue, and so do the last tick's eviction
+   victims, gone now (EVICTING -> EVICTED -> PENDING);
 2. usage: production from its profiles, batch from its demand; cpu contention shares each node
    (:mod:`kalena.sim.cpu`), records unmet production demand and throttled batch, advances batch work;
 3. completions: batch pods whose work is done leave (``RemoveBatch``);
@@ -28,7 +29,14 @@ import numpy as np
 
 from kalena.core.cluster import Cluster
 from kalena.core.config import make_estimator
-from kalena.core.controller import NodeSignals, RoundState, estimator_limits, node_round, view_from_ledger
+from kalena.core.controller import (
+    NodeSignals,
+    RoundDecision,
+    RoundState,
+    estimator_limits,
+    node_round,
+    view_from_ledger,
+)
 from kalena.core.enforcement import start_quota
 from kalena.core.estimators import (
     MarginClass,
@@ -96,7 +104,12 @@ class TaskColumns:
 class Simulation:
     """A cluster, its production usage, a batch population, and the core deciding everything."""
 
-    def __init__(self, cluster: Cluster, config: SimConfig) -> None:
+    #: When production started, for the estimator's startup grace: long before the run (a replay
+    #: of a recorded node sets the recording's first round, when a node agent first saw it).
+    production_started = LONG_AGO
+
+    def __init__(self, cluster: Cluster, config: SimConfig, tasks: BatchTasks | None = None) -> None:
+        """``tasks``: a recorded batch population instead of the generated one (``config.batch``)."""
         self.cfg = cfg = config
         self.cluster = cluster
         streams = np.random.default_rng(cfg.seed).spawn(5)
@@ -115,19 +128,26 @@ class Simulation:
         cap_ram = self.cap[:, RAM]
         gib_per_core = float(cap_ram[np.isfinite(cap_ram)].sum()) / max(finite_cpu, 1e-9)
         self.prod = ProductionUsage(rs.request[:p], cfg.production, streams[0], streams[1])
-        self.tasks: BatchTasks = generate(
-            cfg.batch,
-            finite_cpu,
-            gib_per_core,
-            cfg.horizon_s,
-            cfg.seed,
-            warmup=48 * 3600.0 if cfg.batch_warm_start else 0.0,
-            load_factor=cfg.batch_load_factor,
+        self.tasks: BatchTasks = (
+            tasks
+            if tasks is not None
+            else generate(
+                cfg.batch,
+                finite_cpu,
+                gib_per_core,
+                cfg.horizon_s,
+                cfg.seed,
+                warmup=48 * 3600.0 if cfg.batch_warm_start else 0.0,
+                load_factor=cfg.batch_load_factor,
+            )
         )
         self.ts = TaskColumns.of(len(self.tasks))
         self.life = Lifecycle(capacity=max(64, len(self.tasks)))
         self.next_task = 0
         self.queue = BatchQueue()
+        # victims signalled this round: their processes exit before the next (a batch pod honours
+        # SIGTERM at once), when they are EVICTED and requeued, as a node agent sees them go
+        self.dying: list[tuple[int, TransitionReason]] = []
         self.policy = cfg.policy
         self.window = cfg.every(self.policy.round.starvation_window_s)
         self.table = RowTable(p + GROW_CHUNK, self.window)
@@ -157,7 +177,7 @@ class Simulation:
         lim = np.zeros((cap, NDIM))
         lim[:p] = self._estimator_limits(np.arange(p))
         start = np.zeros(cap)
-        start[:p] = LONG_AGO
+        start[:p] = self.production_started
         grace = np.zeros(cap)
         specs = rs.specs[:p]
         grace[:p] = [s.startup_grace_s for s in specs]  # type: ignore[union-attr]
@@ -256,6 +276,7 @@ class Simulation:
         self.tick_no = k
         self.now = now = k * dt
         self._arrivals(now)
+        self._evictions_done(now)
         unmet, capped = self._usage_and_cpu(k, now, dt)
         self._completions(now)
         if cfg.reclaim:
@@ -280,6 +301,17 @@ class Simulation:
         if j > i:
             self.life.add([tasks.specs[k].id for k in range(i, j)], now, TransitionReason.SUBMITTED)
         self.next_task = j
+
+    def _evictions_done(self, now: float) -> None:
+        """Last round's victims are gone: EVICTED, then PENDING again (requeued, with their cooldown)."""
+        if not self.dying:
+            return
+        for task, reason in self.dying:
+            handle = np.array([task])
+            self.life.move(handle, TaskState.EVICTED, now, reason)
+            self.life.move(handle, TaskState.PENDING, now, TransitionReason.REQUEUED)
+            self.queue.add(self.tasks.specs[task].equivalence_key, task)
+        self.dying = []
 
     def _usage_and_cpu(self, k: int, now: float, dt: float) -> tuple[float, float]:
         """Usage of every row, cpu contention, throttled time and batch progress (whole-array, by row)."""
@@ -311,8 +343,7 @@ class Simulation:
 
     def _completions(self, now: float) -> None:
         t, ts, tasks = self.table, self.ts, self.tasks
-        h = self.ledger.row_arrays().high
-        done = np.flatnonzero((t.kind[:h] == BATCH) & (t.work[:h] >= t.work_total[:h] * (1.0 - 1e-12)))
+        done = self._finished_rows(self.ledger.row_arrays().high)
         t_done = t.task[done]
         for row in done.tolist():
             i = int(t.task[row])
@@ -327,6 +358,11 @@ class Simulation:
         if len(done):
             self.life.move(t_done, TaskState.SUCCEEDED, now, TransitionReason.FINISHED)
             self._rows_changed()
+
+    def _finished_rows(self, h: int) -> np.ndarray:
+        """The batch rows whose work is done (a replay overrides it with recorded completions)."""
+        t = self.table
+        return np.flatnonzero((t.kind[:h] == BATCH) & (t.work[:h] >= t.work_total[:h] * (1.0 - 1e-12)))
 
     def _estimate(self, now: float, dt: float) -> None:
         r = self.estimator.update_in_place(self.est_state, self.table.usage, now, dt)
@@ -350,6 +386,7 @@ class Simulation:
         )
         d = node_round(view, self.round_state, self.policy, now)
         self.round_state = d.state
+        self._decided(d)
         m = self.metrics
         m.counts["rounds"] += 1
         for act in d.actions:
@@ -370,6 +407,10 @@ class Simulation:
         m.counts["starvation_caps"] += int(np.isfinite(d.starvation.cap).sum())
         self._lifecycle(view.is_batch & ~d.gone, rows, d.below_request, now)
         self._oom(now, d.triggered)
+
+    def _decided(self, decision: RoundDecision) -> None:
+        """The round's decision, before it is carried out (its view is of live arrays): a hook for
+        observers (the conformance test compares it with the node agent's)."""
 
     def _lifecycle(self, batch: np.ndarray, rows: np.ndarray, below: np.ndarray, now: float) -> None:
         """Started once past the startup; throttled while the round's quota is below the request."""
@@ -439,27 +480,34 @@ class Simulation:
                 m.counts["production_evictions_without_override"] += 1
             self.prod.restart(np.array([row]))
             self._reinit_rows(np.array([row]), now)
+            self.table.usage[row] = np.nan  # stopped: the kernel's OOM check this tick must not see it
             return
         task = int(self.table.task[row])
-        self._requeue(task, row, now, eviction_reason(victim.cause))
+        # killed at once without a grace (acute), else it exits on the SIGTERM
+        done = TransitionReason.GRACE_EXPIRED if victim.grace_period_s <= 0 else TransitionReason.EXITED
+        self._requeue(task, row, now, eviction_reason(victim.cause), done)
         if victim.requeue is not None:
             self.shell.evicted(victim.equivalence_key, n, now, victim.requeue.cooldown_until)
 
-    def _requeue(self, task: int, row: int, now: float, reason: TransitionReason) -> None:
-        """Back to the queue; its work is lost: no checkpoint, restarted from scratch (seed 000 §4.4).
-        The eviction cooldown is per node (a placement filter), so the pod is pending at once."""
+    def _requeue(
+        self, task: int, row: int, now: float, reason: TransitionReason, done: TransitionReason | None = None
+    ) -> None:
+        """Off its node; its work is lost: no checkpoint, restarted from scratch (seed 000 §4.4).
+        A kernel kill is EVICTED and pending at once; an eviction is EVICTING until the next round
+        (``done``: how it ends). The eviction cooldown is per node (a placement filter), so the pod
+        is pending as soon as it is gone."""
         ts = self.ts
         ts.throttled_s[task] += self.table.throttled_total[row]
         self.table.free(row)
         handle = np.array([task])
-        if reason is TransitionReason.KILLED_OOM:
-            self.life.move(handle, TaskState.EVICTED, now, reason)
-        else:  # as on a node, without the grace: SIGTERM and the end of the grace at once
-            self.life.move(handle, TaskState.EVICTING, now, reason)
-            self.life.move(handle, TaskState.EVICTED, now, TransitionReason.GRACE_EXPIRED)
-        self.life.move(handle, TaskState.PENDING, now, TransitionReason.REQUEUED)
         ts.row[task], ts.node[task] = -1, -1
         ts.evictions[task] += 1
+        if done is not None:
+            self.life.move(handle, TaskState.EVICTING, now, reason)
+            self.dying.append((task, done))
+            return
+        self.life.move(handle, TaskState.EVICTED, now, reason)
+        self.life.move(handle, TaskState.PENDING, now, TransitionReason.REQUEUED)
         self.queue.add(self.tasks.specs[task].equivalence_key, task)
 
     def _kernel_kill(self, row: int, n: int, now: float) -> None:
@@ -528,6 +576,8 @@ class Simulation:
         self._reinit_rows(rows, now)
         self.life.move(ids, TaskState.PLACED, now, TransitionReason.ADMITTED)
         self.life.move(ids, TaskState.STARTING, now, TransitionReason.START_REQUESTED)
+        if self.cfg.batch.startup_s <= 0:  # no startup to wait for: up once started, as on a node
+            self.life.move(ids, TaskState.RUNNING, now, TransitionReason.STARTED)
         ts.row[ids] = rows
         ts.node[ids] = nodes
         first = np.isnan(ts.first_start[ids])

@@ -1,0 +1,8 @@
+"""The conformance tests import the agent tests' fake cgroup host (``tests/agent/agent_testlib.py``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
