@@ -80,3 +80,27 @@ def test_the_shell_keeps_its_context_in_the_cores_keeper():
     d = shell.run([0], tasks, 50.0, np.random.default_rng(0))
     assert [p.node for p in d.placements] == [1] and shell.stats["pods_sent"] == 1
     assert dict(shell.cooldowns) == {}  # over at 20
+
+
+@pytest.mark.slow
+def test_the_admission_bound_changes_no_outcome():
+    """A run sending every pending pod to the core each pass places, evicts and finishes exactly
+    what the run with the bound does: the bound only spares the core answers it knows."""
+    from kalena.data import irina_paths
+    from kalena.ir import load_cluster
+    from kalena.sim import SimConfig, Simulation
+
+    cluster = load_cluster(*irina_paths())
+    cfg = SimConfig(hours=1.0, prewarm_s=600.0)
+    bounded = Simulation(cluster, cfg)
+    every = Simulation(cluster, cfg)
+    every.shell.select = lambda queue, tasks, now: sorted(t for ids in queue.classes.values() for t in ids)
+    bounded.run()
+    every.run()
+    assert every.shell.stats["pods_sent"] > bounded.shell.stats["pods_sent"]  # the bound held some back
+    assert bounded.shell.stats["placed"] == every.shell.stats["placed"] > 1000
+    assert np.array_equal(bounded.task_states(), every.task_states())
+    assert bounded.life == every.life  # every pod's history: states, times, reasons
+    assert bounded.metrics.evictions == every.metrics.evictions
+    rs_b, rs_e = bounded.ledger.row_arrays(), every.ledger.row_arrays()
+    assert np.array_equal(rs_b.reservation[: rs_b.high], rs_e.reservation[: rs_e.high])

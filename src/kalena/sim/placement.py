@@ -1,18 +1,18 @@
 """The batch queue and the context of each placement pass; the placing itself is the core's ``schedule``.
 
-**Queue.** Pending pods are kept by equivalence class (their job), in pod order. Before a pass, the
-classes are visited in the core's pending order (priority, then key) and each sends at most the
-number of its pods that the reservation ledger alone could still admit::
+**Queue.** Pending pods are kept by equivalence class (their job), in pod order. Before a pass,
+each class sends at most the number of its pods that the reservation ledger alone could admit at
+the start of the pass::
 
     k = sum over eligible nodes n of floor(min over d with R_d > 0 of S_nd / R_d),   S = C~ - U
 
 (``C~`` the ledger's tolerant capacity; nodes where the class is cooling down after an eviction or
-blacklisted as a harmful pairing count 0); those ``k`` pods are then charged to the roomiest nodes
-of ``S`` before the next class is measured. The fit is a filter every pod must pass, so the pods
-held back would mostly come back pending anyway; holding them skips the core's why-pending work
-for answers that are known (kube-scheduler's queueing hints do the same). The charge is an
-estimate (the core may choose other nodes), so a pod may wait one pass longer than it had to; the
-core still decides every pod it is sent, and the next pass measures the ledger afresh.
+blacklisted as a harmful pairing count 0). The bound never changes an outcome: a pass only
+lowers ``S``, so the core cannot place more than ``k`` pods of the class in it, and the pods of a
+class are identical, so it places a prefix of them in pod order (once one waits, the rest wait
+for the same reasons). What it saves is the core's why-pending work for pods whose answer is
+known (kube-scheduler's queueing hints do the same). ``tests/sim`` checks a run with the bound
+against one that sends every pending pod.
 
 **Context.** The core's :class:`~kalena.core.placement.ContextKeeper` (the one the node agent
 keeps too), fed by the engine: cooldowns from eviction requeues, the harmful-pairing blacklist
@@ -136,41 +136,22 @@ class PlacementShell:
         keys = list(queue.classes)
         heads = np.array([queue.classes[k][0] for k in keys])
         req = tasks.requests[heads]
-        top = slack.max(axis=0)
-        # a class whose request exceeds the largest slack on some dimension fits nowhere; charging
-        # only lowers the slack, so it stays out for the whole pass
-        maybe = np.flatnonzero(np.all(req <= top, axis=1))
+        # a class whose request exceeds the largest slack on some dimension fits nowhere
+        maybe = np.flatnonzero(np.all(req <= slack.max(axis=0), axis=1))
         if not len(maybe):
             return []
-        # per-node counts of every remaining class at once; after each charge only the charged
-        # nodes' columns are recounted (for all classes at once). A class no node admits stays out.
-        cand = req[maybe]
-        counts = fit_counts_many(cand, slack)
+        counts = fit_counts_many(req[maybe], slack)
         prio = tasks.priority[heads]
-        order = sorted(
-            (j for j in range(len(maybe)) if counts[j].any()),
-            key=lambda j: (-int(prio[maybe[j]]), keys[maybe[j]]),
-        )
+        order = sorted(range(len(maybe)), key=lambda j: (-int(prio[maybe[j]]), keys[maybe[j]]))
         out: list[int] = []
         for j in order:
             key = keys[maybe[j]]
-            ids = queue.classes[key]
             per = counts[j]
             if key in blocked:
                 per = per.copy()
                 per[blocked[key]] = 0
-            k = min(len(ids), int(per.sum()))
-            if k == 0:
-                continue
-            out.extend(ids[:k])
-            # Charge the k pods to the roomiest nodes, so that the classes after this one are
-            # measured against what is left (an estimate: the core may choose other nodes).
-            room = np.argsort(-per, kind="stable")
-            before = np.concatenate(([0], np.cumsum(per[room])[:-1]))
-            take = np.minimum(per[room], np.maximum(k - before, 0))
-            hit = room[take > 0]
-            slack[hit] -= take[take > 0][:, None] * cand[j][None, :]
-            counts[:, hit] = fit_counts_many(cand, slack[hit])
+            k = min(len(queue.classes[key]), int(per.sum()))
+            out.extend(queue.classes[key][:k])
         return out
 
     def run(
