@@ -161,4 +161,5 @@ class PlacementShell:
         context = self.keeper.context(now, pods)
         self.stats["passes"] += 1
         self.stats["pods_sent"] += len(pods)
-        return schedule(pods, self.ledger, context, self.config, rng, cache=self.cache)
+        # placements only: the engine never reads why a pod waits (the report asks the core itself)
+        return schedule(pods, self.ledger, context, self.config, rng, cache=self.cache, explain=False)

@@ -14,6 +14,7 @@ from kalena.core.placement import (
     pending_sort_key,
     schedule,
 )
+from kalena.core.placement.scheduler import UNEXPLAINED
 from kalena.core.verdict import ReasonCode
 from kalena.testing.builders import batch, node, workload
 from kalena.testing.clusters import estimated_reservations, ledger_of, synthetic_cluster
@@ -190,6 +191,18 @@ def test_reuse_and_caches_never_change_the_decision(seed):
     # placements are feasible in the ledger's own judgement, and the blueprint is untouched
     assert all(r.accepted for r in L.apply_all(a.placements))
     assert restoration_violations(L, Blueprint.of(c.nodes, c.production, c.placement)) == ()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.booleans())
+def test_leaving_pending_pods_unexplained_changes_no_placement(seed, relaxed):
+    c, L, ctx = cluster(seed)
+    cfg = PlacementConfig(relaxed_randomisation=relaxed, sample_above_nodes=4)
+    a = schedule(c.pending, L, ctx, cfg, np.random.default_rng(seed))
+    b = schedule(c.pending, L, ctx, cfg, np.random.default_rng(seed), explain=False)
+    assert key(a)[0] == key(b)[0] and a.scores == b.scores
+    assert [w.workload_id for w in a.pending] == [w.workload_id for w in b.pending]
+    assert all(w.message == UNEXPLAINED and w.statuses == () for w in b.pending)
 
 
 def test_a_cache_kept_across_passes_gives_the_same_answers_as_a_fresh_one():

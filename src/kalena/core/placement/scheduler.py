@@ -13,7 +13,10 @@ One pass, for each pending pod in :func:`pending_sort_key` order:
 4. **Commit** to the pass state and emit a :class:`PlaceBatch` stamped with the node's epoch, so
    that ``ledger.apply_all(decision.placements)`` applies them or rejects the stale ones.
 
-A pod no node accepts gets a :class:`WhyPending`. The ledger is never written here.
+A pod no node accepts gets a :class:`WhyPending`. The ledger is never written here. With
+``explain=False`` a pending pod's ``WhyPending`` carries no statuses, binding dimension or
+message (:data:`UNEXPLAINED`): the placements are the same, and a caller that reads only them
+(the simulator; the report asks ``why_pending`` itself) spares the explanation's cost.
 """
 
 from __future__ import annotations
@@ -92,6 +95,10 @@ class _Class:
     why_at: int = -1  # state.placed when ``why`` was computed
 
 
+#: The message of a pending pod's ``WhyPending`` when ``schedule`` was asked not to explain.
+UNEXPLAINED = "not explained (schedule(explain=False))"
+
+
 class _Pass:
     """The mutable bookkeeping of one ``schedule`` call."""
 
@@ -102,8 +109,10 @@ class _Pass:
         rng: np.random.Generator,
         filters: Sequence[Filter],
         scores: Sequence[Score],
+        explain: bool = True,
     ) -> None:
         self.state, self.config, self.rng = state, config, rng
+        self.explain = explain
         self.filters, self.scores = tuple(filters), tuple(scores)
         self.per_pod = tuple(f for f in self.filters if not f.per_class)
         # (plugin, weight) for every term with a non-zero weight, looked up once per pass
@@ -179,7 +188,10 @@ class _Pass:
         checks = self.pod_checks(pod, cls)
         cands = self.search(checks, cls.order if cls is not None else self.order)
         if not len(cands):
-            why = why_pending(pod, state, self.filters)
+            if self.explain:
+                why = why_pending(pod, state, self.filters)
+            else:
+                why = WhyPending(pod.id, state.n, 0, (), None, UNEXPLAINED)
             if cls is not None:
                 cls.why, cls.why_at = why, state.placed
             return why
@@ -234,12 +246,14 @@ def schedule(
     cache: PlacementCache | None = None,
     filters: Sequence[Filter] = DEFAULT_FILTERS,
     scores: Sequence[Score] = DEFAULT_SCORES,
+    explain: bool = True,
 ) -> SchedulingDecision:
     """Decide where each pending batch workload goes (module docstring); the ledger is only read.
 
     ``cache`` carries indexes and the score cache between passes (a fresh one is used if omitted);
-    ``rng`` drives relaxed randomisation only. Pending workloads must be batch tier, distinct and
-    not already in the ledger: anything else is a caller bug and raises ``ValueError``.
+    ``rng`` drives relaxed randomisation only; ``explain=False`` leaves pending pods unexplained
+    (module docstring). Pending workloads must be batch tier, distinct and not already in the
+    ledger: anything else is a caller bug and raises ``ValueError``.
     """
     pods = sorted(pending, key=pending_sort_key)
     seen: set[str] = set()
@@ -254,7 +268,7 @@ def schedule(
     state = PassState(
         ledger, context, config, nodes, prod_aa, score_cache if config.equivalence_reuse else None
     )
-    run = _Pass(state, config, rng, filters, scores)
+    run = _Pass(state, config, rng, filters, scores, explain)
     hits0, misses0 = score_cache.hits, score_cache.misses
     placements: list[PlaceBatch] = []
     won: list[float] = []
