@@ -252,12 +252,12 @@ class Simulation:
                 self.prod.step(-cfg.prewarm_s + (k + 1) * cfg.tick_s, cfg.tick_s)
             return
         p = self.n_prod
-        rows = np.arange(p)
         for k in range(steps):
             now = -cfg.prewarm_s + (k + 1) * cfg.tick_s
             self.table.usage[:p] = self.prod.step(now, cfg.tick_s)
             r = self.estimator.update_in_place(self.est_state, self.table.usage, now, cfg.tick_s)
-            self.ledger.apply(ReservationUpdate(rows, r[:p], self.ledger.global_epoch))
+        # nothing reads the ledger before t = 0: it takes the estimator's last reservations once
+        self.ledger.apply(ReservationUpdate(np.arange(p), r[:p], self.ledger.global_epoch))
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> None:
         t0 = time.perf_counter()
