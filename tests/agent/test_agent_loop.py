@@ -580,6 +580,7 @@ def test_a_finished_job_submitted_again_starts_a_fresh_history(harness):
         ("running", "started"),
     ]
     assert h.agent.state.history("once")[0].time == h.clock.t and len(h.agent.state.lifecycle) == 1
+    assert h.agent.state.jobs["once"].workload_id == "batch/once.2"  # never the finished run's id
     submit(h.state_dir / "inbox", Submission("once", SLEEP, {"ram": 0.01}, None, 1))
     h.step()  # still running: refused, as before, and its history goes on untouched
     assert "job 'once' is still running" in h.log("rejected-submission")[-1]["problem"]

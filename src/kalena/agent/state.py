@@ -156,9 +156,11 @@ class AgentState:
 
     def submit(self, job: JobRecord, now: float) -> None:
         """A new job, PENDING (``submitted``). A job of that name must have ended (terminal):
-        its task and history are forgotten first, so the new one starts a fresh history."""
+        its task and history are forgotten first, so the new one starts a fresh history; its run
+        numbers go on from the old job's, so a workload id never names two runs."""
         if job.name in self.jobs:
             self.lifecycle.forget(self.lifecycle.handle(job.name))  # raises unless it ended
+            job.run = max(job.run, self.jobs[job.name].run)
         self.lifecycle.add([job.name], now)
         self.jobs[job.name] = job
 
