@@ -451,11 +451,17 @@ class Simulation:
         u = t.usage[:h, nc]
         with np.errstate(invalid="ignore"):  # NaN (no sample, free row) is never over anything
             over_limit = alive & np.any(u > t.limit[:h, nc], axis=1)
-        nodes = set(rs.node[:h][over_limit].tolist())
-        for n in np.flatnonzero(triggered[:, nc].any(axis=1)).tolist():
-            rows = np.flatnonzero(alive & (rs.node[:h] == n))
-            if np.any(np.nansum(u[rows], axis=0) > self.cap[n, nc]):
-                nodes.add(n)
+        node = rs.node[:h]
+        nodes = set(node[over_limit].tolist())
+        trig = triggered[:, nc].any(axis=1)
+        if trig.any():  # the triggered nodes' rows, grouped by node, each group ascending
+            rows = np.flatnonzero(alive)
+            rows = rows[trig[node[rows]]]
+            rows = rows[np.argsort(node[rows], kind="stable")]
+            for grp in np.split(rows, np.flatnonzero(np.diff(node[rows])) + 1):
+                n = int(node[grp[0]]) if len(grp) else -1
+                if n >= 0 and np.any(np.nansum(u[grp], axis=0) > self.cap[n, nc]):
+                    nodes.add(n)
         if not nodes:
             return
         live = rs.live_rows()
