@@ -308,6 +308,9 @@ def test_ten_thousand_tasks_move_in_one_call():
     lc.move(h[::2], S.RUNNING, 2.0, R.STARTED)
     assert lc.counts()[S.RUNNING] == n // 2 and lc.counts()[S.STARTING] == n // 2
     assert np.array_equal(lc.in_state(S.RUNNING), h[::2])
+    live = lc.ids_in(S.STARTING, S.RUNNING, S.THROTTLED)  # by handle, whatever the states' order
+    assert live == [f"batch/{i}" for i in range(n)] == lc.ids_in(S.RUNNING, S.STARTING)
+    assert lc.ids_in(S.RUNNING) == [f"batch/{i}" for i in range(0, n, 2)] and lc.ids_in() == []
     with pytest.raises(IllegalTransition, match=f"for {n} task\\(s\\): .* and {n - 10} more$"):
         lc.move(h, S.PLACED, 3.0, R.ADMITTED)
     assert len(lc.history_columns().task) == 3 * n + n // 2

@@ -203,6 +203,8 @@ class CgroupTree:
 
     layout: CgroupLayout
     root: str = "kalena"
+    # name -> directory, per hierarchy: resolved once (the round asks for the same few each time)
+    _dirs: dict[tuple[Path, str], Path] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_name(self.root)
@@ -222,4 +224,10 @@ class CgroupTree:
         return str(PurePosixPath(self.root_path(h)) / name)
 
     def dir(self, h: Hierarchy, name: str) -> Path:
-        return h.dir(self.path(h, name))
+        key = (h.mount_point, name)
+        d = self._dirs.get(key)
+        if d is None:  # a bad name raises every time: it is never cached
+            if len(self._dirs) >= 4096:  # runs come and go: bounded, rebuilt as needed
+                self._dirs.clear()
+            d = self._dirs[key] = h.dir(self.path(h, name))
+        return d

@@ -151,8 +151,7 @@ class AgentState:
 
     def names_in(self, *states: TaskState) -> list[str]:
         """The jobs in any of ``states``, in the order they were submitted."""
-        handles = sorted(h for s in states for h in self.lifecycle.in_state(s).tolist())
-        return [self.lifecycle.id_of(h) for h in handles]
+        return self.lifecycle.ids_in(*states)
 
     def submit(self, job: JobRecord, now: float) -> None:
         """A new job, PENDING (``submitted``). A job of that name must have ended (terminal):

@@ -271,6 +271,15 @@ class Lifecycle:
         """Handles of the tasks in ``state``, ascending (O(tasks))."""
         return np.flatnonzero(self._state[: len(self._ids)] == state.code)
 
+    def ids_in(self, *states: TaskState) -> list[str]:
+        """Ids of the tasks in any of ``states``, by ascending handle (one O(tasks) pass)."""
+        codes = self._state[: len(self._ids)]
+        mask = codes == states[0].code if states else np.zeros(len(codes), dtype=bool)
+        for s in states[1:]:
+            mask |= codes == s.code
+        ids = self._ids
+        return [ids[h] for h in np.flatnonzero(mask).tolist()]
+
     def counts(self) -> dict[TaskState, int]:
         """Tasks per state, every state present (kept incrementally: O(states))."""
         return {s: int(c) for s, c in zip(STATES, self._counts, strict=True)}
