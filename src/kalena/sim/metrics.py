@@ -38,6 +38,9 @@ class Metrics:
         self.unallocated = np.maximum(capacity - request_sum, 0.0)
         self.unallocated[~np.isfinite(self.unallocated)] = 0.0
         self.active = request_sum[:, CPU] > 0
+        # fixed for the run: each tick's reserve term, computed once
+        self._active_unallocated = self.unallocated[self.active, CPU]
+        self._reserve = float(self._active_unallocated.sum())
         self.sample_every = sample_every
         samples = ticks // sample_every + 1
         n = len(capacity)
@@ -79,8 +82,8 @@ class Metrics:
         s["work_above_unallocated"] += float(np.maximum(batch_cpu - self.unallocated[:, CPU], 0.0).sum()) * dt
         s["unmet"] += unmet * dt
         s["capped"] += capped * dt
-        a = self.unallocated[self.active, CPU]
-        s["reserve"] += float(a.sum()) * dt
+        a = self._active_unallocated
+        s["reserve"] += self._reserve * dt
         s["reserve_used"] += float(np.minimum(batch_cpu[self.active], a).sum()) * dt
         s["ticks"] += 1
 

@@ -56,7 +56,8 @@ from kalena.core.resources import CPU, DIMS, NDIM, NON_COMPRESSIBLE, RAM
 from kalena.core.tolerance import REL_TOL
 
 #: A screen must never miss a node the eviction planner would call pressured; the planner sums in
-#: another order, so the screen flags nodes within this relative distance of their capacity too.
+#: another order, so the screen flags nodes whose sum is within this relative distance of the
+#: planner's threshold too (a sum of n non-negative terms is exact to n * 2**-53 of itself).
 SCREEN_RTOL = 1e-6
 
 
@@ -170,23 +171,31 @@ class RoundDecision:
 def node_signals(view: NodesView, config: RoundConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(acute, triggered)`` (N, 8): the kernel's signals plus the rule of step 1."""
     n = view.n_nodes
-    rows = np.flatnonzero(view.live) if view.present is not None else slice(None)
-    on = view.node[rows]
-    summed = np.stack(
-        [np.bincount(on, weights=np.nan_to_num(view.usage[rows, d]), minlength=n) for d in _NC], axis=1
-    )
-    used = summed
-    if view.node_used is not None:
-        own = view.node_used[:, _NC]
-        used = np.where(np.isnan(own), summed, own)
     level = view.capacity[:, _NC]
     if view.node_limit is not None:
         own = view.node_limit[:, _NC]
         level = np.where(np.isnan(own), level, own)
+    acute_at = config.acute_fraction * level
+    trigger_at = config.trigger_fraction * level
+    own_used = None if view.node_used is None else view.node_used[:, _NC]
     acute = np.array(view.acute, dtype=bool, copy=True)
     triggered = np.array(view.triggered, dtype=bool, copy=True)
-    acute[:, _NC] |= used > config.acute_fraction * level
-    triggered[:, _NC] |= used > config.trigger_fraction * level
+    # the rows' sum is the screen's (one sum per view) unless evictions in flight or DaemonSets differ
+    shared = view.seen_usage is view.usage and not np.any(view.is_daemonset)
+    rows = on = None
+    for j, d in enumerate(_NC.tolist()):
+        if not ((acute_at[:, j] < np.inf).any() or (trigger_at[:, j] < np.inf).any()):
+            continue  # no finite level anywhere (Irina's storage): no use is ever above it
+        if shared:
+            summed = view.used_sum(d)
+        else:
+            if rows is None:
+                rows = np.flatnonzero(view.live) if view.present is not None else slice(None)
+                on = view.node[rows]
+            summed = np.bincount(on, weights=np.nan_to_num(view.usage[rows, d]), minlength=n)
+        used = summed if own_used is None else np.where(np.isnan(own_used[:, j]), summed, own_used[:, j])
+        acute[:, d] |= used > acute_at[:, j]
+        triggered[:, d] |= used > trigger_at[:, j]
     return acute, triggered
 
 
@@ -202,22 +211,23 @@ def eviction_screen(
     evicts nobody"), which needs no plan.
     """
     n = view.n_nodes
-    ledger = view.in_ledger
-    rows = np.flatnonzero(ledger)
-    on = view.node[rows]
-    eff = view.effective_reservation
     signalled = np.zeros((n, NDIM), dtype=bool)
     signalled[:, _NC] = (acute | triggered)[:, _NC]
     signalled[:, RAM] |= view.memory_events > 0
     possible = np.zeros(n, dtype=bool)
-    for d in _NC:
+    for d in _NC.tolist():
         cap = view.capacity[:, d]
         if not np.isfinite(cap).any():
             continue  # no node constrains it (Irina's storage): nothing is ever over
-        reserved = np.bincount(on, weights=eff[rows, d], minlength=n)
-        used = np.bincount(on, weights=np.nan_to_num(view.seen_usage[rows, d]), minlength=n)
-        near = cap - SCREEN_RTOL * np.maximum(1.0, np.abs(cap))
-        possible |= (reserved > near) | (used > near)
+        rows, on = view.ledger_rows()
+        # r' on this one column only (the view's effective_reservation, column d)
+        eff = np.fmax(np.take(view.reservation[:, d], rows), np.take(view.seen_usage[:, d], rows))
+        reserved = np.bincount(on, weights=eff, minlength=n)
+        used = view.used_sum(d)
+        # the planner: reserved > C + REL_TOL max(1, |C|) (a victim), used > C (pressure); both
+        # sums are of non-negative terms, so the screen's sum is within SCREEN_RTOL * sum of it
+        breach = cap + REL_TOL * np.maximum(1.0, np.abs(cap))
+        possible |= (reserved * (1.0 + SCREEN_RTOL) > breach) | (used * (1.0 + SCREEN_RTOL) > cap)
     return signalled, possible
 
 
@@ -270,14 +280,14 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
                 if res is view.reservation:
                     res = view.reservation.copy()
                 res[i] = view.request[i]
-    eff = view.effective_reservation
+    eff = None  # the view's r' unless a service victim restarts at r = R
     if res is not view.reservation:
-        u = view.seen_usage
-        eff = np.where(np.isnan(u), res, np.fmax(res, u))
+        eff = np.fmax(res, view.seen_usage)  # r' (fmax: r where u is missing)
+    kept = None if alive.all() else alive  # None: nobody left the view, no mask to apply
 
     # 3. anti-starvation, then the throttle ---------------------------------------------------------
-    starv = starvation_nodes(view, rc.starvation_window_s, config.starvation, alive=alive, reservation=res)
-    thr = throttle_nodes(view, config.throttle, state.allowance, starv.floor, alive=alive, effective=eff)
+    starv = starvation_nodes(view, rc.starvation_window_s, config.starvation, alive=kept, reservation=res)
+    thr = throttle_nodes(view, config.throttle, state.allowance, starv.floor, alive=kept, effective=eff)
 
     # 4. did pressure persist? -------------------------------------------------------------------------
     floor = config.throttle.min_quota_cores * (1 + REL_TOL)

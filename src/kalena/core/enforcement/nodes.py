@@ -180,12 +180,25 @@ class NodesView:
     @property
     def effective_reservation(self) -> np.ndarray:
         """``r' = max(r, u)`` over :attr:`seen_usage` (``u`` missing -> ``r``), shape (W, 8)."""
+        # fmax takes the operand that is not NaN: r where u is missing, max(r, u) elsewhere, bitwise
+        return self._memo("effective", lambda: np.fmax(self.reservation, self.seen_usage))
+
+    def ledger_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, node)``: the :attr:`in_ledger` rows, ascending, and their nodes."""
+        rows = self._memo("ledger_rows", lambda: np.flatnonzero(self.in_ledger))
+        return rows, self._memo("ledger_on", lambda: np.take(self.node, rows))
+
+    def used_sum(self, d: int) -> np.ndarray:
+        """(N,) per-node sum of :attr:`seen_usage` on dimension ``d`` over the ledger rows, in row
+        order, NaN counted as 0 (the screen's and the signals' sum)."""
 
         def make() -> np.ndarray:
-            u = self.seen_usage
-            return np.where(np.isnan(u), self.reservation, np.fmax(self.reservation, u))
+            rows, on = self.ledger_rows()
+            # usage is non-negative or NaN: fmax(u, 0) is nan_to_num(u); a +-0.0 term never moves a sum
+            u = np.fmax(np.take(self.seen_usage[:, d], rows), 0.0)
+            return np.bincount(on, weights=u, minlength=self.n_nodes)
 
-        return self._memo("effective", make)
+        return self._memo(f"used_sum_{d}", make)
 
     def rows_of(self, n: int) -> np.ndarray:
         """Row indices of node ``n`` (present rows only), in view order."""

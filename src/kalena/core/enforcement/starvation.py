@@ -110,16 +110,26 @@ def starvation_nodes(
     r = (view.reservation if reservation is None else reservation)[:, CPU]
     fraction = np.where(batch, np.minimum(1.0, view.throttled_s / window_s), 0.0)
     starved = batch & (fraction > config.theta)
-    caps_b = cpu_caps(view.limit[:, CPU], view.capacity[view.node, CPU], view.request[:, CPU], view.slack_cpu)
-    floor = np.where(starved, np.minimum(config.min_allocation_cores, caps_b), 0.0)
-    need = np.where(starved, np.maximum(0.0, floor - np.nan_to_num(u, nan=0.0)), 0.0)
-    needed = np.bincount(view.node[starved], weights=need[starved], minlength=n)
+    # floors and needs on the starved rows only (0 elsewhere)
+    s = np.flatnonzero(starved)
+    on_s = np.take(view.node, s)
+    caps_s = cpu_caps(
+        np.take(view.limit[:, CPU], s),
+        view.capacity[on_s, CPU],
+        np.take(view.request[:, CPU], s),
+        np.take(view.slack_cpu, s),
+    )
+    floor = np.zeros(w)
+    need = np.zeros(w)
+    floor_s = floor[s] = np.minimum(config.min_allocation_cores, caps_s)
+    need_s = need[s] = np.maximum(0.0, floor_s - np.nan_to_num(np.take(u, s), nan=0.0))
+    needed = np.bincount(on_s, weights=need_s, minlength=n)
 
     cap = np.full(w, np.inf)
     released = np.zeros(n)
-    with np.errstate(invalid="ignore"):
-        greedy = ledger & ~is_batch & ~np.isnan(u) & (u > r) & (needed > 0)[view.node]
-    if greedy.any():
+    with np.errstate(invalid="ignore"):  # a NaN usage is never above its reservation
+        greedy = ledger & ~is_batch & (u > r) & (needed > 0)[view.node] if needed.any() else None
+    if greedy is not None and greedy.any():
         g = np.flatnonzero(greedy)
         on = view.node[g]
         excess = u[g] - r[g]

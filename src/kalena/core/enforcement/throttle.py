@@ -176,28 +176,41 @@ def water_fill_groups(
     basis = np.asarray(basis, dtype=np.float64)
     n = len(total)
     unbounded = np.isinf(total)
-    q = np.where(unbounded[group], caps, 0.0)
     rem = np.where(unbounded, 0.0, np.maximum(total, 0.0))
     # the rows still to share, ascending (so every group's sums add in row order, whatever else
     # is in the call); each round drops the rows it settled, so later rounds touch only the few
     # groups where caps keep binding
-    idx = np.flatnonzero(~unbounded[group])
+    if unbounded.any():
+        free = unbounded[group]
+        q = np.where(free, caps, 0.0)
+        idx = np.flatnonzero(~free)
+    else:
+        q = np.zeros(len(group))
+        idx = np.arange(len(group))
+    every = len(idx) == len(group)  # every row still to share: idx is arange, gathers are no-ops
     while len(idx):
-        g = group[idx]
-        live = rem[g] > 0  # a group with nothing left to share leaves its free rows at 0
-        idx, g = idx[live], g[live]
+        g = group if every else group[idx]
+        left = rem[g]
+        live = left > 0  # a group with nothing left to share leaves its free rows at 0
+        if not live.all():
+            idx, g, left, every = idx[live], g[live], left[live], False
         if not len(idx):
             break
-        b, c = basis[idx], caps[idx]
+        b, c = (basis, caps) if every else (basis[idx], caps[idx])
         sb = np.bincount(g, weights=b, minlength=n)
         with np.errstate(invalid="ignore", divide="ignore"):
-            want = rem[g] / sb[g] * b
+            want = left / sb[g] * b
         sat = want >= c
+        if not sat.any():  # no cap binds anywhere: every share stands
+            if every:
+                return want  # q is all zeros and idx every row
+            q[idx] = want
+            break
         done = ~(np.bincount(g[sat], minlength=n) > 0)[g]  # no cap binds in this group: shares stand
         q[idx[done]] = want[done]
         q[idx[sat]] = c[sat]
         rem = rem - np.bincount(g[sat], weights=c[sat], minlength=n)
-        idx = idx[~(done | sat)]
+        idx, every = idx[~(done | sat)], False
     return q
 
 
@@ -276,45 +289,44 @@ def throttle_nodes(
     """
     n = view.n_nodes
     cap_cpu = view.capacity[:, CPU]
-    eff = view.effective_reservation if effective is None else effective
     ledger = view.in_ledger if alive is None else (view.in_ledger & alive)
     is_batch = np.asarray(view.is_batch, dtype=bool)
     service = np.flatnonzero(ledger & ~is_batch)
     batch = np.flatnonzero(ledger & is_batch)
-    node_s, node_b = view.node[service], view.node[batch]
-    claim = np.bincount(node_s, weights=eff[service, CPU], minlength=n)
-    bu = view.seen_usage[batch, CPU]
+    node_s, node_b = np.take(view.node, service), np.take(view.node, batch)
+    u = view.seen_usage[:, CPU]
+    if effective is None:  # r' = fmax(r, u) (the view's effective_reservation) on the service rows only
+        claim_s = np.fmax(np.take(view.reservation[:, CPU], service), np.take(u, service))
+    else:
+        claim_s = np.take(effective[:, CPU], service)
+    claim = np.bincount(node_s, weights=claim_s, minlength=n)
+    bu = np.take(u, batch)
     known = ~np.isnan(bu)
-    used = np.bincount(node_b[known], weights=bu[known], minlength=n)
-    used = np.where(np.bincount(node_b[known], minlength=n) > 0, used, np.nan)
+    on_known = node_b[known]
+    used = np.bincount(on_known, weights=bu[known], minlength=n)
+    used = np.where(np.bincount(on_known, minlength=n) > 0, used, np.nan)
     pressured = cpu_pressured_nodes(view.triggered, view.acute, view.psi_some, config)
     target, allowance = batch_cpu_allowances(cap_cpu, claim, used, pressured, previous, config)
 
-    req = view.request[batch, CPU]
-    caps = cpu_caps(view.limit[batch, CPU], cap_cpu[node_b], req, view.slack_cpu[batch])
+    req = np.take(view.request[:, CPU], batch)
+    cap_b = cap_cpu[node_b]
+    caps = cpu_caps(np.take(view.limit[:, CPU], batch), cap_b, req, np.take(view.slack_cpu, batch))
     share = water_fill_groups(allowance, node_b, caps, np.maximum(req, config.min_quota_cores))
-    floor = np.zeros(len(batch)) if floors is None else np.minimum(floors[batch], caps)
+    floor = np.zeros(len(batch)) if floors is None else np.minimum(np.take(floors, batch), caps)
     lifted = floor > share
     at_cap = ~lifted & (share >= caps * (1 - 1e-12))
-    denied = ~np.asarray(view.slack_cpu, dtype=bool)[batch]
-    cause = np.select(
-        [
-            lifted,
-            at_cap & denied & (req <= caps),
-            at_cap,
-            pressured[node_b],
-            (allowance < target)[node_b],
-        ],
-        [
-            _C[ThrottleCause.ANTI_STARVATION],
-            _C[ThrottleCause.SLACK_CPU_DENIED],
-            _C[ThrottleCause.LIMIT],
-            _C[ThrottleCause.PRESSURE],
-            _C[ThrottleCause.GROWING],
-        ],
-        default=_C[ThrottleCause.SLACK],
-    ).astype(np.int8)
-    q = np.minimum(cap_cpu[node_b], np.maximum(config.min_quota_cores, np.where(lifted, floor, share)))
+    denied = ~np.take(np.asarray(view.slack_cpu, dtype=bool), batch)
+    # np.select's rule (the first condition that holds), written straight into the int8 codes
+    cause = np.full(len(batch), _C[ThrottleCause.SLACK], dtype=np.int8)
+    for cond, code in (
+        ((allowance < target)[node_b], ThrottleCause.GROWING),
+        (pressured[node_b], ThrottleCause.PRESSURE),
+        (at_cap, ThrottleCause.LIMIT),
+        (at_cap & denied & (req <= caps), ThrottleCause.SLACK_CPU_DENIED),
+        (lifted, ThrottleCause.ANTI_STARVATION),
+    ):
+        np.copyto(cause, _C[code], where=cond)
+    q = np.minimum(cap_b, np.maximum(config.min_quota_cores, np.where(lifted, floor, share)))
     return NodesThrottle(
         batch,
         q,

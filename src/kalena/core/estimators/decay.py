@@ -13,7 +13,7 @@ the shared rules of :mod:`kalena.core.estimators.base`.
 
 The update uses the equivalent form r_t = m*u + alpha*max(r_{t-1} - m*u, 0) (if r <= m*u both
 sides are m*u; otherwise alpha*r + (1-alpha)*m*u = m*u + alpha*(r - m*u)), which needs one
-scratch array instead of two: five in-place NumPy passes plus the shared rules, no (W, 8)
+scratch array instead of two: six in-place NumPy passes plus the shared rules, no (W, 8)
 allocation per call.
 """
 
@@ -78,7 +78,10 @@ class DecayEstimator(EstimatorBase[DecayState]):
         check_step(state, usage, now, dt)
         alpha = self.params.alpha(dt)
         mu = np.multiply(usage, self.params.margin, out=state.mu)  # m*u
-        est = np.subtract(state.reservation, mu, out=state.spare)  # r - m*u
+        # r - m*u, in place on a copy of r: two arrays per pass stay in L2, three do not (~3x slower)
+        est = state.spare
+        np.copyto(est, state.reservation)
+        np.subtract(est, mu, out=est)
         np.maximum(est, 0.0, out=est)  # rise at once: no memory of r below m*u
         np.multiply(est, alpha, out=est)
         np.add(est, mu, out=est)  # m*u + alpha*max(r - m*u, 0)

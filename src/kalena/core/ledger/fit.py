@@ -70,18 +70,21 @@ def insufficient_resources_rows(
     used = np.asarray(used, dtype=np.float64)
     capacity = np.asarray(capacity, dtype=np.float64)
     over = used + request > tolerant_capacity(capacity)
-    req, use, cap = request.tolist(), used.tolist(), capacity.tolist()
-    return [
-        tuple(
-            Reason(
-                ReasonCode.INSUFFICIENT_RESOURCE,
-                dimension=DIMS[d],
-                requested=req[d],
-                used=use[i][d],
-                capacity=cap[i][d],
-            )
-            for d, o in enumerate(row)
-            if o
+    # only the cells that do not fit, in row-major order (each row's dimensions ascending)
+    rows, dims = np.nonzero(over)
+    req = request.tolist()
+    code = ReasonCode.INSUFFICIENT_RESOURCE
+    reasons = [
+        Reason(code, DIMS[d], req[d], u, c)
+        for d, u, c in zip(
+            dims.tolist(), used[rows, dims].tolist(), capacity[rows, dims].tolist(), strict=True
         )
-        for i, row in enumerate(over.tolist())
     ]
+    out: list[tuple[Reason, ...]] = [()] * len(over)
+    counts = np.bincount(rows, minlength=len(over))
+    hit = np.flatnonzero(counts)
+    start = 0
+    for i, k in zip(hit.tolist(), counts[hit].tolist(), strict=True):
+        out[i] = tuple(reasons[start : start + k])
+        start += k
+    return out

@@ -478,7 +478,9 @@ class Ledger:
         if not moved_rows.any():
             return self._result(c, True)
         moved_at = np.compress(moved_rows, rows)
-        self._bump(np.flatnonzero(np.bincount(np.take(rs.node, moved_at), minlength=self.n_nodes)))
+        touched = np.zeros(self.n_nodes, dtype=bool)  # the nodes of the moved rows (one scatter pass)
+        touched[np.take(rs.node, moved_at)] = True
+        self._bump(np.flatnonzero(touched))
         dst, src = as_records(rs.reservation), as_records(new)
         if dst is not None and src is not None:
             np.put(dst, rows, src)  # whole rows bit for bit, as ``rs.reservation[rows] = new``
