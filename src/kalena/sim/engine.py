@@ -609,9 +609,8 @@ class Simulation:
         b_rows = self._batch_rows()
         b_on = rs.node[b_rows]
         b_use = np.bincount(b_on, weights=np.nan_to_num(t.usage[b_rows, CPU]), minlength=n)
-        b_res = np.take(rs.reservation, b_rows, axis=0)
-        b_res_cpu = np.bincount(b_on, weights=b_res[:, CPU], minlength=n)
-        b_res_ram = np.bincount(b_on, weights=b_res[:, RAM], minlength=n)
+        b_res_cpu = np.bincount(b_on, weights=rs.reservation[b_rows, CPU], minlength=n)
+        b_res_ram = np.bincount(b_on, weights=rs.reservation[b_rows, RAM], minlength=n)
         m.tick(dt, p_use, b_use, b_res_cpu, b_res_ram, unmet, capped)
         if k % m.sample_every == 0 or k == 1:
             b_req = np.bincount(b_on, weights=rs.request[b_rows, CPU], minlength=n)
