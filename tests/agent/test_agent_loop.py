@@ -705,3 +705,34 @@ def test_every_port_is_implemented_with_the_same_signatures(port, impl):
         want = list(inspect.signature(getattr(proto, name)).parameters)
         got = list(inspect.signature(getattr(cls, name)).parameters)
         assert got[: len(want)] == want, (impl, name)
+
+
+def test_a_run_the_kernel_oom_killed_is_requeued_as_the_simulator_does(harness):
+    """The kernel's OOM kill (the run's cgroup counts an ``oom_kill``, the process died of
+    SIGKILL) is EVICTED (killed-oom) then PENDING again, not FAILED; a plain SIGKILL is FAILED."""
+    h = harness()
+    h.agent.start()
+    die = (sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    submit(h.state_dir / "inbox", Submission("oomed", die, {"ram": 0.01}, None, 1))
+    submit(h.state_dir / "inbox", Submission("killed", die, {"ram": 0.01}, None, 1))
+    assert set(h.step().admitted) == {"batch/oomed.1", "batch/killed.1"}
+    mem = h.tree.layout.home("memory")
+    (h.tree.dir(mem, "batch/oomed.1") / "memory.oom_control").write_text(
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"
+    )
+    _steps_until(
+        h,
+        lambda: h.agent.state.task("killed") is TaskState.FAILED and len(h.agent.state.history("oomed")) >= 6,
+    )
+    walk = _walk(h, "oomed")
+    assert walk[:5] == [
+        ("pending", "submitted"),
+        ("placed", "admitted"),
+        ("starting", "start-requested"),
+        ("running", "started"),
+        ("evicted", "killed-oom"),
+    ]
+    assert walk[5] == ("pending", "requeued")
+    assert _walk(h, "killed")[-1] == ("failed", "exit-error")
+    assert [r["workload"] for r in h.log("oom-killed")] == ["batch/oomed.1"]
+    assert h.agent.state.jobs["oomed"].run >= 1  # requeued: its next run is a new workload id

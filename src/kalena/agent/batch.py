@@ -7,7 +7,9 @@ name; each change below is a move of the core's table, so an illegal one raises:
     PlaceBatch    PENDING -> PLACED (admitted) -> STARTING (start-requested), saved, then started:
                   -> RUNNING (started) once the runtime returns its pid (exec succeeded), or
                   -> FAILED (start-failed)
-    reap          LIVE -> SUCCEEDED (finished, exit 0) | FAILED (exit-error), RemoveBatch;
+    reap          LIVE -> SUCCEEDED (finished, exit 0) | FAILED (exit-error), RemoveBatch; a run
+                  the kernel's OOM killer ended (its cgroup counts an ``oom_kill``): LIVE ->
+                  EVICTED (killed-oom) -> PENDING (requeued), as the simulator's kernel kill;
                   STARTING -> RUNNING (started) for a start a crash cut short, its process up
     throttled     RUNNING <-> THROTTLED (throttled | unthrottled): quota below its cpu request
     evictor       LIVE -> EVICTING (the victim's cause) -> EVICTED (exited | grace-expired)
@@ -234,8 +236,11 @@ class BatchRuns:
                     self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
                 continue
             ok = code is None or code == 0
+            oom = not ok and self._oom_killed(job)
             if ok:
                 self.state.move(job.name, TaskState.SUCCEEDED, now, TransitionReason.FINISHED)
+            elif oom:  # the kernel's kill: its work is lost, the job is requeued (no cooldown)
+                self.state.move(job.name, TaskState.EVICTED, now, TransitionReason.KILLED_OOM)
             else:
                 self.state.move(job.name, TaskState.FAILED, now, TransitionReason.EXIT_ERROR)
             cause = RemovalCause.FINISHED if ok else RemovalCause.FAILED
@@ -244,9 +249,24 @@ class BatchRuns:
             )
             self.runtime.cleanup(job.cgroup or "", f"{wid} finished")
             job.exit_code, job.pid = code, None
-            self.log.append("finish", now, workload=wid, exit_code=code, status=self.state.status(job.name))
+            if oom:
+                self.state.move(job.name, TaskState.PENDING, now, TransitionReason.REQUEUED)
+                job.workload_id = job.cgroup = None
+            self.log.append(
+                "oom-killed" if oom else "finish",
+                now,
+                workload=wid,
+                exit_code=code,
+                status=self.state.status(job.name),
+            )
             out.append(wid)
         return tuple(out)
+
+    def _oom_killed(self, job: JobRecord) -> bool:
+        """The kernel's OOM killer ended a process of the run (v2 ``memory.events`` or v1
+        ``memory.oom_control`` count an ``oom_kill``; kernels without the counter never say so)."""
+        events = None if job.cgroup is None else self.reader.memory_events(job.cgroup)
+        return bool(events) and events.get("oom_kill", 0) > 0
 
     def evicted(self, rec: EvictionRecord) -> None:
         """An evicted run's cgroup emptied (the evictor moved it to EVICTED): clean it up and
