@@ -38,6 +38,7 @@ from kalena.core.controller import (
     view_from_ledger,
 )
 from kalena.core.enforcement import start_quota
+from kalena.core.enforcement.nodes import node_sort_keys
 from kalena.core.estimators import (
     MarginClass,
     append_rows,
@@ -368,7 +369,9 @@ class Simulation:
         r = self.estimator.update_in_place(self.est_state, self.table.usage, now, dt)
         led = self.ledger
         rows = led.row_arrays().live_rows()
-        _accepted(led.apply(ReservationUpdate(rows, np.take(r, rows, axis=0), led.global_epoch)))
+        # the gathered rows are the update's own: handed over, not copied again
+        update = ReservationUpdate(rows, np.take(r, rows, axis=0), led.global_epoch, copy=False)
+        _accepted(led.apply(update))
 
     # 5-6 ------------------------------------------------------------------------------------------
     def _round(self, now: float) -> None:
@@ -457,7 +460,7 @@ class Simulation:
         if trig.any():  # the triggered nodes' rows, grouped by node, each group ascending
             rows = np.flatnonzero(alive)
             rows = rows[trig[node[rows]]]
-            rows = rows[np.argsort(node[rows], kind="stable")]
+            rows = rows[np.argsort(node_sort_keys(node[rows], led.n_nodes), kind="stable")]
             for grp in np.split(rows, np.flatnonzero(np.diff(node[rows])) + 1):
                 n = int(node[grp[0]]) if len(grp) else -1
                 if n >= 0 and np.any(np.nansum(u[grp], axis=0) > self.cap[n, nc]):
@@ -466,8 +469,13 @@ class Simulation:
             return
         live = rs.live_rows()
         on = rs.node[live]
+        grouped = bounds = None
+        if len(nodes) > 4:  # one stable sort, not a scan of every row per node: the same rows, ascending
+            order = np.argsort(node_sort_keys(on, led.n_nodes), kind="stable")
+            grouped = live[order]
+            bounds = np.searchsorted(on[order], np.arange(led.n_nodes + 1))
         for n in sorted(nodes):
-            rows = live[on == n]
+            rows = live[on == n] if grouped is None or bounds is None else grouped[bounds[n] : bounds[n + 1]]
             for row in memory.oom_victims(rows, rs.is_batch, t.usage, t.limit, self.cap[n]):
                 self._kernel_kill(row, n, now)
         self._rows_changed()

@@ -112,8 +112,10 @@ class ProductionUsage:
         phase = np.sin(2.0 * np.pi * (t / 3600.0 - self.peak_hour + 6.0) / 24.0)
         cpu_f = self.mu * (1.0 + self.amplitude * phase) * np.exp(self.x - p.noise_log_sd**2 / 2.0)
         ram_f = self.nu * (1.0 + p.ram_amplitude * phase) * np.exp(self.y - p.ram_noise_log_sd**2 / 2.0)
-        np.maximum(cpu_f, self.pi, out=cpu_f, where=self.bursting)
-        np.maximum(ram_f, self.kappa, out=ram_f, where=self.bursting)
+        # the few bursting pods only: a masked maximum walks every pod
+        up = np.flatnonzero(self.bursting)
+        cpu_f[up] = np.maximum(cpu_f[up], self.pi[up])
+        ram_f[up] = np.maximum(ram_f[up], self.kappa[up])
         factor = self._factor
         factor[:, _CPU_LIKE] = cpu_f[:, None]
         factor[:, _RAM_LIKE] = ram_f[:, None]

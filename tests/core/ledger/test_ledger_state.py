@@ -402,3 +402,23 @@ def test_reservation_update_span_covers_unsorted_rows():
     L = base()
     with pytest.raises(IndexError):
         L.apply(ReservationUpdate(np.array([1, -1]), np.zeros((2, 8)), 0))
+
+
+def test_reservation_update_without_copy_takes_the_arrays_read_only_and_applies_the_same():
+    rows = np.array([0, 3], dtype=np.int64)
+    res = np.ones((2, 8))
+    u = ReservationUpdate(rows, res, 7, copy=False)
+    assert np.shares_memory(u.rows, rows) and u.reservations is res and not res.flags.writeable
+    assert u.row_span == (0, 3) and u.global_epoch == 7
+    copied = ReservationUpdate(np.array([0, 3]), np.ones((2, 8)), 7)
+    assert copied.reservations.base is None  # the default still copies
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        ReservationUpdate(rows, np.full((2, 8), np.nan), 7, copy=False)
+    a, b = base(), base()
+    view = a.rows()
+    res = view.reservations.copy()
+    res[view.ids.index("prod/web-0"), CPU] = 3.0
+    ra = a.apply(ReservationUpdate(view.rows, res.copy(), view.global_epoch))
+    rb = b.apply(ReservationUpdate(view.rows.copy(), res.copy(), view.global_epoch, copy=False))
+    assert ra.accepted and rb.accepted
+    assert np.array_equal(a.reservation_sum, b.reservation_sum)

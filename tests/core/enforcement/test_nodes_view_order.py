@@ -1,0 +1,14 @@
+"""NodesView.rows_of sorts rows by node on narrow keys: the same stable order as int64 keys."""
+
+import numpy as np
+
+from kalena.core.enforcement.nodes import node_sort_keys
+
+
+def testnode_sort_keys_give_the_int64_stable_order() -> None:
+    rng = np.random.default_rng(0)
+    for n in (1, 7, 5000, 1 << 16, (1 << 16) + 1):
+        node = rng.integers(0, n, 20000)
+        keys = node_sort_keys(node, n)
+        assert keys.dtype == (np.uint16 if n <= 1 << 16 else node.dtype)
+        assert np.array_equal(np.argsort(keys, kind="stable"), np.argsort(node, kind="stable"))
