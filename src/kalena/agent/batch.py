@@ -250,8 +250,7 @@ class BatchRuns:
             self.runtime.cleanup(job.cgroup or "", f"{wid} finished")
             job.exit_code, job.pid = code, None
             if oom:
-                self.state.move(job.name, TaskState.PENDING, now, TransitionReason.REQUEUED)
-                job.workload_id = job.cgroup = None
+                self._requeue(job, now)
             self.log.append(
                 "oom-killed" if oom else "finish",
                 now,
@@ -278,9 +277,13 @@ class BatchRuns:
         job = self.state.jobs.get(rec.job)
         if job is not None and job.workload_id == rec.workload:
             assert rec.finished_at is not None
-            self.state.move(job.name, TaskState.PENDING, rec.finished_at, TransitionReason.REQUEUED)
-            job.workload_id = job.cgroup = None
-            job.pid = None
+            self._requeue(job, rec.finished_at)
+
+    def _requeue(self, job: JobRecord, at: float) -> None:
+        """EVICTED -> PENDING (requeued): the run is over, the job's next run is a new workload."""
+        self.state.move(job.name, TaskState.PENDING, at, TransitionReason.REQUEUED)
+        job.workload_id = job.cgroup = None
+        job.pid = None
 
     # -- admission ------------------------------------------------------------------------------
     def admit(self, ledger: Ledger, now: float) -> tuple[str, ...]:

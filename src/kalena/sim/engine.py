@@ -38,7 +38,7 @@ from kalena.core.controller import (
     view_from_ledger,
 )
 from kalena.core.enforcement import start_quota
-from kalena.core.enforcement.nodes import node_sort_keys
+from kalena.core.enforcement.nodes import rows_by_node
 from kalena.core.estimators import (
     MarginClass,
     append_rows,
@@ -460,22 +460,17 @@ class Simulation:
         if trig.any():  # the triggered nodes' rows, grouped by node, each group ascending
             rows = np.flatnonzero(alive)
             rows = rows[trig[node[rows]]]
-            rows = rows[np.argsort(node_sort_keys(node[rows], led.n_nodes), kind="stable")]
-            for grp in np.split(rows, np.flatnonzero(np.diff(node[rows])) + 1):
-                n = int(node[grp[0]]) if len(grp) else -1
-                if n >= 0 and np.any(np.nansum(u[grp], axis=0) > self.cap[n, nc]):
+            grouped, bounds = rows_by_node(rows, node[rows], led.n_nodes)
+            for n in np.flatnonzero(trig).tolist():
+                grp = grouped[bounds[n] : bounds[n + 1]]
+                if len(grp) and np.any(np.nansum(u[grp], axis=0) > self.cap[n, nc]):
                     nodes.add(n)
         if not nodes:
             return
         live = rs.live_rows()
-        on = rs.node[live]
-        grouped = bounds = None
-        if len(nodes) > 4:  # one stable sort, not a scan of every row per node: the same rows, ascending
-            order = np.argsort(node_sort_keys(on, led.n_nodes), kind="stable")
-            grouped = live[order]
-            bounds = np.searchsorted(on[order], np.arange(led.n_nodes + 1))
+        grouped, bounds = rows_by_node(live, rs.node[live], led.n_nodes)  # each node's rows ascending
         for n in sorted(nodes):
-            rows = live[on == n] if grouped is None or bounds is None else grouped[bounds[n] : bounds[n + 1]]
+            rows = grouped[bounds[n] : bounds[n + 1]]
             for row in memory.oom_victims(rows, rs.is_batch, t.usage, t.limit, self.cap[n]):
                 self._kernel_kill(row, n, now)
         self._rows_changed()

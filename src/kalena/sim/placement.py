@@ -124,7 +124,7 @@ class PlacementShell:
         return self.keeper.eligible(now)
 
     def select(self, queue: BatchQueue, tasks: BatchTasks, now: float) -> list[int]:
-        """The pods to send this pass (module docstring), classes in the core's pending order."""
+        """The pods to send this pass (module docstring)."""
         if not queue.classes:
             return []
         self.keeper.refresh(now)
@@ -141,11 +141,9 @@ class PlacementShell:
         if not len(maybe):
             return []
         counts = fit_counts_many(req[maybe], slack)
-        prio = tasks.priority[heads]
-        order = sorted(range(len(maybe)), key=lambda j: (-int(prio[maybe[j]]), keys[maybe[j]]))
-        out: list[int] = []
-        for j in order:
-            key = keys[maybe[j]]
+        out: list[int] = []  # in queue order: each class is bounded alone, and schedule sorts the pods
+        for j, c in enumerate(maybe.tolist()):
+            key = keys[c]
             per = counts[j]
             if key in blocked:
                 per = per.copy()
