@@ -336,8 +336,7 @@ class Simulation:
         # cpu.stat throttled time of a cpu-bound pod: the share of the tick its quota did not cover
         with np.errstate(invalid="ignore", divide="ignore"):
             lost = np.where(batch & (demand > 0), np.clip((demand - quota) / demand, 0.0, 1.0) * dt, 0.0)
-        t.throttled[:h, k % self.window] = lost
-        t.throttled_total[:h] += lost
+        t.record_throttled(h, k % self.window, lost)
         ran = np.clip(now - t.startup_until[:h], 0.0, dt)  # no progress while starting up (inf: never)
         t.work[:h] += np.where(batch, granted * ran, 0.0)
         return float((prod[:, CPU] - granted[:p]).sum()), float((prod[:, CPU] - want[:p]).sum())
@@ -353,7 +352,7 @@ class Simulation:
                 RemoveBatch(tasks.specs[i].id, n, self.ledger.node_epoch(n), RemovalCause.FINISHED)
             )
             _accepted(res)
-            ts.throttled_s[i] += t.throttled_total[row]
+            ts.throttled_s[i] += t.total_s(row)
             t.free(row)
             ts.row[i], ts.finish[i] = -1, now
         if len(done):
@@ -378,7 +377,7 @@ class Simulation:
         """The core's node round over every node; its decision carried out; then the kernel's OOM."""
         led, t = self.ledger, self.table
         h = led.row_arrays().high
-        window = t.throttled[:h].sum(axis=1)
+        window = t.window_s(h)
         view = view_from_ledger(
             led,
             usage=t.usage,
@@ -506,7 +505,7 @@ class Simulation:
         (``done``: how it ends). The eviction cooldown is per node (a placement filter), so the pod
         is pending as soon as it is gone."""
         ts = self.ts
-        ts.throttled_s[task] += self.table.throttled_total[row]
+        ts.throttled_s[task] += self.table.total_s(row)
         self.table.free(row)
         handle = np.array([task])
         ts.row[task], ts.node[task] = -1, -1
@@ -577,8 +576,9 @@ class Simulation:
         t.weight[rows] = self.cfg.policy.throttle.batch_weight
         t.describe(rows, [tasks.specs[i] for i in placed])
         t.usage[rows] = np.nan
-        t.throttled[rows] = 0.0
-        t.throttled_total[rows] = 0.0
+        t.throttled[rows] = 0
+        t.throttled_window[rows] = 0
+        t.throttled_total[rows] = 0
         t.work[rows] = 0.0
         t.work_total[rows] = tasks.work[ids]
         t.startup_until[rows] = now + self.cfg.batch.startup_s

@@ -84,7 +84,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
     evictions = {c.value: int(m.evictions.get(c.value, 0)) for c in EvictionCause}
     throttled = ts.throttled_s.copy()
     running = np.flatnonzero(ts.row >= 0)  # on a node: placed, starting, running or throttled
-    throttled[running] += sim.table.throttled_total[ts.row[running]]
+    throttled[running] += sim.table.total_s(ts.row[running])
     counts = m.counts
     return {
         "seed": cfg.seed,

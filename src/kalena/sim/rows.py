@@ -37,8 +37,11 @@ class RowTable:
         self.work = np.zeros(capacity)  # batch: core-seconds done since its start
         self.work_total = np.full(capacity, np.inf)  # batch: core-seconds it needs
         self.startup_until = np.full(capacity, np.inf)  # batch: no progress before this time
-        self.throttled_total = np.zeros(capacity)  # batch: throttled seconds since its start
-        self.throttled = np.zeros((capacity, window))  # throttled seconds per tick, a ring over the window
+        # throttled time in whole microseconds, as cgroup cpu.stat counts it (throttled_usec): since
+        # the resident's start, per tick in a ring over the window, and the ring's row sums
+        self.throttled_total = np.zeros(capacity, dtype=np.int64)
+        self.throttled = np.zeros((capacity, window), dtype=np.int64)
+        self.throttled_window = np.zeros(capacity, dtype=np.int64)
 
     @property
     def capacity(self) -> int:
@@ -66,8 +69,9 @@ class RowTable:
         self.work = np.concatenate((self.work, np.zeros(extra)))
         self.work_total = np.concatenate((self.work_total, np.full(extra, np.inf)))
         self.startup_until = np.concatenate((self.startup_until, np.full(extra, np.inf)))
-        self.throttled_total = np.concatenate((self.throttled_total, np.zeros(extra)))
-        self.throttled = np.concatenate((self.throttled, np.zeros((extra, self.window))))
+        self.throttled_total = np.concatenate((self.throttled_total, np.zeros(extra, dtype=np.int64)))
+        self.throttled = np.concatenate((self.throttled, np.zeros((extra, self.window), dtype=np.int64)))
+        self.throttled_window = np.concatenate((self.throttled_window, np.zeros(extra, dtype=np.int64)))
 
     def describe(self, rows: np.ndarray, specs: list) -> None:  # type: ignore[type-arg]
         """Copy what snapshots read from the specs (id, equivalence key, priority, slack-cpu) into rows."""
@@ -95,8 +99,30 @@ class RowTable:
         self.work[row] = 0.0
         self.work_total[row] = np.inf
         self.startup_until[row] = np.inf
-        self.throttled_total[row] = 0.0
-        self.throttled[row] = 0.0
+        self.throttled_total[row] = 0
+        self.throttled[row] = 0
+        self.throttled_window[row] = 0
+
+    def record_throttled(self, h: int, slot: int, lost_s: np.ndarray) -> None:
+        """Rows ``[0, h)`` were throttled ``lost_s`` seconds this tick (ring column ``slot``).
+
+        The window's sums are kept as the ring turns (add the new column, take out the one it
+        replaces), exactly, since the counts are integers: summing ``(h, window)`` every round
+        cost more than the rest of the round's bookkeeping.
+        """
+        lost = np.rint(lost_s * 1e6).astype(np.int64)
+        col = self.throttled[:h, slot]
+        self.throttled_window[:h] += lost - col
+        col[...] = lost
+        self.throttled_total[:h] += lost
+
+    def window_s(self, h: int) -> np.ndarray:
+        """Seconds each of rows ``[0, h)`` was throttled within the window."""
+        return self.throttled_window[:h] * 1e-6
+
+    def total_s(self, rows: np.ndarray | int) -> np.ndarray:
+        """Seconds each row's resident was throttled since it started."""
+        return self.throttled_total[rows] * 1e-6
 
 
 def cpu_weight(request_cores: np.ndarray) -> np.ndarray:
