@@ -71,7 +71,7 @@ def _overfull():
     ("doc", "key", "fragment"),
     [
         (_with("apiVersion", "v2"), "apiVersion", '"v2"'),
-        (_with("kind", _DROP), "kind", "Field required"),
+        (_with("kind", _DROP), "kind", "required key 'kind' is missing"),
         (_with("node.capacity.ram", "lots"), "node.capacity.ram", '"lots"'),
         (_with("node.capacity.gpus", 1), "node.capacity.gpus", "unknown dimension"),
         (_with("node.memoryLimit", "-5Mi"), "node.memoryLimit", '"-5Mi"'),
@@ -82,7 +82,7 @@ def _overfull():
         (_with("workloads.0.cgroup", "../escape"), "workloads[0].cgroup", '"../escape"'),
         (_with("workloads.1.cgroup", "/"), "workloads[1].cgroup", "root"),
         (_with("workloads.1.id", "prod/web"), "workloads[1].id", "repeats workloads[0].id"),
-        (_with("workloads.0.extra", 1), "workloads[0].extra", "Extra inputs"),
+        (_with("workloads.0.extra", 1), "workloads[0].extra", "unknown key 'extra'"),
         (_overfull(), "workloads", "exceed the ram capacity"),
     ],
     ids=[
@@ -119,7 +119,7 @@ def test_every_problem_is_reported_at_once():
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
-    [("node: [unclosed\n", "not valid YAML"), ("- a\n- b\n", "must be a mapping")],
+    [("node: [unclosed\n", "YAML syntax error at line 2"), ("- a\n- b\n", "must be a mapping")],
     ids=["yaml-syntax", "not-a-mapping"],
 )
 def test_unreadable_documents(tmp_path, text, fragment):
@@ -145,7 +145,7 @@ def test_a_document_problem_has_no_value(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(DeclarationError, match="cannot read the file"):
+    with pytest.raises(DeclarationError, match="file does not exist"):
         load_declaration(tmp_path / "nope.yaml")
 
 

@@ -63,7 +63,7 @@ def test_run_with_a_bad_declaration_changes_nothing(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 2
-    assert f"{path}: apiVersion:" in r.stderr and f"{path}: kind: Field required" in r.stderr
+    assert f"{path}: apiVersion:" in r.stderr and f"{path}: kind: required key 'kind' is missing" in r.stderr
     assert not state_dir.exists()
     try:
         lay = detect()

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from kalena.core.quantity import QuantityError, parse_quantity
+from kalena.core.quantity import MAX_QUANTITY, QuantityError, QuantityTooLarge, parse_quantity
 
 CASES = [
     ("cpu-millicores", "2500m", "cpu", 2.5),
@@ -51,3 +51,42 @@ def test_rejects(raw):
     with pytest.raises(QuantityError) as e:
         parse_quantity(raw, "cpu")
     assert "cpu" in str(e.value)
+
+
+# bounds (docs/cli.md "Bounds on input") --------------------------------------------------------
+TOO_LARGE = [
+    ("string-1e400", "1e400"),
+    ("exponent-bomb", "1e999999999"),
+    ("above-2^42", "1e13"),
+    ("int-beyond-float", 10**400),
+    ("long-digit-string", "9" * 40),
+    ("suffix-overflow", "99999999999999Ei"),
+]
+
+
+@pytest.mark.parametrize("raw", [b[1] for b in TOO_LARGE], ids=[b[0] for b in TOO_LARGE])
+def test_a_quantity_beyond_the_bound_is_refused_naming_it(raw):
+    with pytest.raises(QuantityTooLarge) as e:
+        parse_quantity(raw, "cpu")
+    assert "above the largest quantity accepted for cpu" in str(e.value) and len(str(e.value)) < 200
+
+
+def test_the_bound_itself_is_accepted_and_every_thousandth_below_it_is_distinct():
+    assert parse_quantity(MAX_QUANTITY, "cpu") == MAX_QUANTITY
+    assert parse_quantity(str(int(MAX_QUANTITY)), "cpu") == MAX_QUANTITY
+    with pytest.raises(QuantityTooLarge):
+        parse_quantity(MAX_QUANTITY * (1 + 1e-12), "cpu")
+    top = int(MAX_QUANTITY) - 1
+    assert parse_quantity(f"{top}.998", "cpu") < parse_quantity(f"{top}.999", "cpu")
+
+
+def test_a_caller_may_give_its_own_bound():
+    assert parse_quantity("64Gi", "cpu", limit=2.0**53) == 64 * 2**30
+    with pytest.raises(QuantityTooLarge):
+        parse_quantity("9Pi", "cpu", limit=2.0**53)
+
+
+def test_a_tiny_exponent_is_an_error_not_a_hang():
+    with pytest.raises(QuantityError):
+        parse_quantity("1e-999999999", "cpu")
+    assert parse_quantity("0e999999999", "cpu") == 0.0

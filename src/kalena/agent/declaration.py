@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -50,13 +50,26 @@ from kalena.core.model import DaemonSetSpec, NodeSpec, Tier, WorkloadSpec, node_
 from kalena.core.quantity import QuantityError, parse_quantity
 from kalena.core.resources import DIMS, Resources
 from kalena.core.tolerance import REL_TOL
-from kalena.ir.errors import DOCUMENT, MISSING, Problem, key_path
+from kalena.ir.errors import DOCUMENT, Problem, ProblemLog, key_path
+from kalena.ir.schema_v1 import problems_from
+from kalena.ir.yamlio import load_yaml_file
 
 API_VERSION = "kalena.naughtian.io/v1alpha1"
 KIND = "NodeDeclaration"
 GIB = 2**30
 
-Quantity = StrictInt | StrictFloat | StrictStr
+
+def _quantity_input(value: Any) -> Any:
+    """A number or a quantity string; anything else is refused here with one message, not three
+    (one per member of the union)."""
+    if value is None:
+        raise ValueError("null is not a quantity: write a number or leave the key out")
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("expected a number or a quantity string")
+    return value
+
+
+Quantity = Annotated[StrictInt | StrictFloat | StrictStr, BeforeValidator(_quantity_input)]
 
 
 class _Doc(BaseModel):
@@ -145,9 +158,7 @@ def parse_declaration(data: Any, file: str) -> Declaration:
     try:
         doc = _Declaration.model_validate(data)
     except ValidationError as e:
-        raise DeclarationError(
-            [Problem(file, key_path(err["loc"]), err["msg"], err.get("input", MISSING)) for err in e.errors()]
-        ) from None
+        raise DeclarationError(problems_from(e, file)) from None
     problems: list[Problem] = []
     cap = _quantities(doc.node.capacity, ["node", "capacity"], problems, file, default=float("inf"))
     mem_limit = None
@@ -221,14 +232,11 @@ def parse_declaration(data: Any, file: str) -> Declaration:
 def load_declaration(path: Path) -> Declaration:
     """Read and validate ``path``; every problem names the file, the key and the value."""
     file = str(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise DeclarationError([Problem(file, DOCUMENT, f"cannot read the file: {e.strerror}")]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise DeclarationError([Problem(file, DOCUMENT, f"not valid YAML: {e}")]) from None
+    log = ProblemLog(file)
+    ok, docs = load_yaml_file(path, log)
+    if not ok or log:  # unreadable, not YAML, over a bound, or a duplicate key
+        raise DeclarationError(log.problems)
+    data = docs[0]
     if not isinstance(data, dict):
         raise DeclarationError(
             [Problem(file, DOCUMENT, "must be a mapping with apiVersion, kind, node", data)]

@@ -47,22 +47,41 @@ _BYTE_DIMS = frozenset({"ram", "storage"})
 _RATE_DIMS = frozenset({"disk.read", "disk.write", "network.in", "network.out"})
 
 
+#: The largest quantity accepted, in IR units: 2**42, about 4.4e12 cores, GiB, devices or MB/s.
+#: Far beyond any machine, and below it a float still tells apart every thousandth of a unit
+#: (its spacing there is 2**-10); a typo such as ``1e400`` would otherwise read as infinite, an
+#: unbounded node.
+MAX_QUANTITY = 2.0**42
+
+#: Exponents beyond this are refused before any arithmetic (``1e999999999`` costs nothing to write).
+_MAX_EXPONENT = 64
+
+
 class QuantityError(ValueError):
     """A value that is not a valid quantity; the message names the value and the dimension."""
 
 
-def parse_quantity(raw: SupportsFloat | str, dim: str = "cpu") -> float:
-    """Convert ``raw`` to a non-negative float in the IR unit of ``dim``.
+class QuantityTooLarge(QuantityError):
+    """A valid quantity above the limit it was read against."""
 
-    Raises :class:`QuantityError` for anything else (negative, NaN, infinite, a boolean,
-    an unknown suffix), with a message that names the value.
+
+def parse_quantity(raw: SupportsFloat | str, dim: str = "cpu", limit: float = MAX_QUANTITY) -> float:
+    """Convert ``raw`` to a non-negative float in the IR unit of ``dim``, at most ``limit``.
+
+    Raises :class:`QuantityError` for anything else (negative, NaN, infinite, above ``limit``,
+    a boolean, ``None``, an unknown suffix), with a message that names the value.
     """
-    if isinstance(raw, bool):
+    if isinstance(raw, bool) or raw is None:
         raise QuantityError(f"{raw!r} is not a quantity for {dim}")
     if isinstance(raw, int | float):
-        value = float(raw)
+        try:
+            value = float(raw)
+        except OverflowError:  # an int beyond any float
+            raise QuantityTooLarge(_too_large(raw, dim, limit)) from None
         if math.isnan(value) or math.isinf(value) or value < 0:
             raise QuantityError(f"{raw!r} is not a finite non-negative quantity for {dim}")
+        if value > limit:
+            raise QuantityTooLarge(_too_large(raw, dim, limit))
         return value
     if not isinstance(raw, str):
         raise QuantityError(f"{raw!r} is not a quantity for {dim}")
@@ -75,11 +94,24 @@ def parse_quantity(raw: SupportsFloat | str, dim: str = "cpu") -> float:
     except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
         raise QuantityError(f"{raw!r} is not a valid quantity for {dim}") from None
     exp, suffix = m.group("exp"), m.group("suffix")
-    if exp is None and suffix is None:
-        return float(number)  # a bare number: already in IR units
-    scaled = number * Decimal(10) ** int(exp[1:]) if exp is not None else number * _SUFFIX[suffix or ""]
-    if dim in _BYTE_DIMS:
-        scaled = scaled / _GIB
-    elif dim in _RATE_DIMS:
-        scaled = scaled / _MB
+    if (exp is None and suffix is None) or number == 0:
+        scaled = number  # a bare number (already in IR units), or zero in any unit
+    else:
+        power = int(exp[1:]) if exp is not None else 0
+        if abs(power) > _MAX_EXPONENT:  # refused before Decimal spends time and memory on it
+            if power > 0:
+                raise QuantityTooLarge(_too_large(raw, dim, limit))
+            raise QuantityError(f"{raw!r} is too small a quantity for {dim}")
+        scaled = number * Decimal(10) ** power if exp is not None else number * _SUFFIX[suffix or ""]
+        if dim in _BYTE_DIMS:
+            scaled = scaled / _GIB
+        elif dim in _RATE_DIMS:
+            scaled = scaled / _MB
+    if scaled > Decimal(limit):
+        raise QuantityTooLarge(_too_large(raw, dim, limit))
     return float(scaled)
+
+
+def _too_large(raw: object, dim: str, limit: float) -> str:
+    shown = raw if not isinstance(raw, int) or raw < 10**30 else f"an integer of {len(str(raw))} digits"
+    return f"{shown!r} is above the largest quantity accepted for {dim} ({limit:.4g})"

@@ -305,7 +305,13 @@ def _workloads(data: dict[str, Any], legacy: bool, log: ProblemLog) -> Workloads
                     loc=("groups", i),
                 )
             )
-    _unique_pods(_stubs(data, legacy), log)
+    stubs = _stubs(data, legacy)
+    total = sum(1 if d.pod_entry else d.replicas for d in stubs)
+    if total > v1.MAX_PODS:  # counted before a single pod identity is built
+        log.add(DOCUMENT, f"declares {total:,} pods, more than the {v1.MAX_PODS:,} one document may hold")
+        decls, groups = [], []
+    else:
+        _unique_pods(stubs, log)
     resolved = resolve_groups(decls, groups, log, bare=legacy)
     return WorkloadsDoc(log.file, legacy, tuple(decls), tuple(groups), resolved)
 
@@ -319,7 +325,8 @@ def _stubs(data: dict[str, Any], legacy: bool) -> list[DeclDoc]:
             name = _raw_name(raw)
             if name is not None:
                 n = raw.get("replicas", 1)
-                replicas = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+                ok = isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= v1.MAX_REPLICAS
+                replicas = n if ok else 1  # a bad count was reported by the model
                 out.append(DeclDoc(ns, name, replicas, loc=("namespaces", ns, i)))
     for i, raw in enumerate(_entries(data, "pods") if legacy else ()):
         name = _raw_name(raw)

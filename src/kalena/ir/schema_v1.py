@@ -21,12 +21,19 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    field_validator,
 )
 
 from kalena.core.quantity import parse_quantity
 from kalena.ir.errors import MISSING, Problem, key_path
 
 API_VERSION = "kuberina.io/v1"
+
+#: The most replicas one declaration may ask for, and the most pods one Workloads document may
+#: unroll to: bounds checked before any pod is built (a typo such as ``replicas: 100000000000``
+#: would otherwise take all memory).
+MAX_REPLICAS = 100_000
+MAX_PODS = 1_000_000
 KINDS = ("Infrastructure", "Workloads", "Blueprint")
 
 
@@ -74,17 +81,29 @@ class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
 
 
-class DiskBlock(Closed):
+class Quantities(Closed):
+    """A block of quantities: a key may be left out, but a key written as ``null`` is an error
+    (else it would read as "not written": an unbounded node, a zero request)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("null is not a quantity: write a number or leave the key out")
+        return value
+
+
+class DiskBlock(Quantities):
     read: DiskRead | None = None
     write: DiskWrite | None = None
 
 
-class NetworkBlock(Closed):
+class NetworkBlock(Quantities):
     in_: NetIn | None = Field(None, alias="in")
     out: NetOut | None = None
 
 
-class ResourceBlock(Closed):
+class ResourceBlock(Quantities):
     """The one resource shape (ir-v1 §1): cpu, ram, gpu, storage, disk{read,write}, network{in,out}."""
 
     cpu: Cpu | None = None
@@ -160,7 +179,7 @@ class Observed(Closed):
 
 class Declaration(Closed):
     name: Name
-    replicas: Annotated[StrictInt, Field(ge=1)] = 1
+    replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] = 1
     requests: ResourceBlock | None = None
     node_selector: Labels = Field(default_factory=dict, alias="nodeSelector")
     tolerations: list[Toleration] = Field(default_factory=list)
@@ -251,8 +270,12 @@ def problems_from(err: ValidationError, file: str, prefix: tuple[str | int, ...]
             message = _TYPE_MESSAGES[kind]
         elif kind == "value_error":
             message = str(e["ctx"]["error"]) if "ctx" in e else e["msg"]
+        elif kind == "literal_error":
+            message = f"must be {e['ctx']['expected']}"
         elif kind == "greater_than_equal":
             message = f"must be at least {e['ctx']['ge']}"
+        elif kind == "less_than_equal":
+            message = f"must be at most {e['ctx']['le']:,}"
         elif kind == "string_too_short":
             message = "must not be empty"
         else:

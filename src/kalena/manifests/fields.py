@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from kalena.core.quantity import QuantityError, parse_quantity
+from kalena.core.quantity import QuantityError, QuantityTooLarge, parse_quantity
 from kalena.deployability.model import LabelSelector, Requirement, frozen_map
 from kalena.ir.errors import ProblemLog
 
@@ -47,10 +47,12 @@ def string(raw: Any, loc: Loc, log: ProblemLog, *, required: bool = False, defau
             log.add(loc, "is required")
             return None
         return default
-    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
-        log.add(loc, "must be a string", raw)
+    if not isinstance(raw, str):  # as the API server: a number or a boolean is not a string here
+        log.add(
+            loc, "must be a string (quote it)" if isinstance(raw, int | float) else "must be a string", raw
+        )
         return None
-    return str(raw)
+    return raw
 
 
 def string_map(raw: Any, loc: Loc, log: ProblemLog) -> dict[str, str]:
@@ -60,10 +62,14 @@ def string_map(raw: Any, loc: Loc, log: ProblemLog) -> dict[str, str]:
         if not isinstance(k, str):
             log.add((*loc, str(k)), "keys must be strings", k)
             continue
-        if isinstance(v, bool) or not isinstance(v, str | int | float):
-            log.add((*loc, k), "must be a string", v)
+        if not isinstance(v, str):
+            log.add(
+                (*loc, k),
+                "must be a string (quote it)" if isinstance(v, int | float) else "must be a string",
+                v,
+            )
             continue
-        out[k] = str(v)
+        out[k] = v
     return out
 
 
@@ -81,6 +87,10 @@ def integer(raw: Any, loc: Loc, log: ProblemLog, *, minimum: int, default: int |
     return raw
 
 
+#: The largest quantity a manifest may give, in its integer units (millicores for cpu, bytes for memory).
+MAX_UNITS = 2**53
+
+
 def units(dim: str, raw: Any, loc: Loc, log: ProblemLog) -> int | None:
     """A Kubernetes quantity as an integer: millicores for cpu, else base units, rounded up.
 
@@ -89,12 +99,19 @@ def units(dim: str, raw: Any, loc: Loc, log: ProblemLog) -> int | None:
     and ``MilliValue()``; a value within 1e-9 (relative) of an integer is that integer, so that
     ``0.1`` cpu is exactly 100 millicores despite binary floating point.
     """
-    try:
-        value = parse_quantity(raw, "cpu")
-    except QuantityError:
-        log.add(loc, f"is not a valid Kubernetes quantity for {dim}", raw)
+    milli = dim in MILLI_DIMS
+    try:  # at most 2**53 units (millicores for cpu), so that every accepted value is exact
+        value = parse_quantity(raw, "cpu", limit=MAX_UNITS / 1000 if milli else MAX_UNITS)
+    except QuantityError as e:
+        too_large = isinstance(e, QuantityTooLarge)
+        what = (
+            f"is above {MAX_UNITS:,} {'milli-units' if milli else 'units'}"
+            if too_large
+            else "is not a valid Kubernetes quantity"
+        )
+        log.add(loc, f"{what} for {dim}", raw)
         return None
-    scaled = value * 1000 if dim in MILLI_DIMS else value
+    scaled = value * 1000 if milli else value
     nearest = round(scaled)
     if abs(scaled - nearest) <= 1e-9 * max(1.0, abs(scaled)):
         return int(nearest)

@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kalena.deployability.model import HOSTNAME, Instance, Node, PodType, Taint, Toleration, frozen_map
 from kalena.ir.errors import DOCUMENT, IRError, Problem, ProblemLog, key_path
+from kalena.ir.yamlio import parse_yaml_all, read_text
 from kalena.manifests import fields as f
 from kalena.manifests.fields import Loc
 from kalena.manifests.podspec import pod_spec
+from kalena.manifests.strict import check_object
 
 POD_TYPE_ANNOTATION = "kalena.naughtian.io/pod-type"
 WORKLOAD_KINDS = (
@@ -62,7 +62,6 @@ DAEMONSET_TOLERATIONS = tuple(
     )
 )
 STANDARD_DIMS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
-_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass
@@ -92,19 +91,13 @@ class _Reader:
     # --- documents -----------------------------------------------------------------------------
     def read_text(self, text: str, file: str) -> None:
         log = ProblemLog(file)
-        try:
-            docs = list(yaml.load_all(text, Loader=_LOADER))
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            log.add(DOCUMENT, f"YAML syntax error{where}: {e.problem or e.context or 'invalid YAML'}")
-            self.problems.extend(log.problems)
-            return
-        except yaml.YAMLError as e:
-            log.add(DOCUMENT, f"YAML error: {e}")
+        ok, docs = parse_yaml_all(text, log)
+        if not ok:
             self.problems.extend(log.problems)
             return
         docs = [d for d in docs if d is not None]
+        if not docs:
+            log.add(DOCUMENT, "no Kubernetes object in this file (empty, or only comments)")
         multi = len(docs) > 1
         for i, doc in enumerate(docs):
             self.document(doc, (f"documents[{i}]",) if multi else (), log)
@@ -117,6 +110,7 @@ class _Reader:
         kind = f.string(m.get("kind"), (*loc, "kind"), log, required=True)
         if kind is None:
             return
+        check_object(m, kind, loc, log)  # unknown fields and wrong types, as kubectl's strict validation
         if kind == "List":
             for j, item in enumerate(f.seq(m.get("items"), (*loc, "items"), log)):
                 self.document(item, (*loc, "items", j), log)
@@ -343,16 +337,13 @@ def read_manifests(paths: Sequence[str | Path]) -> Instance:
     for p in paths:
         path = Path(p)
         files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
+        if not files:
+            problems.append(Problem(str(path), DOCUMENT, "a folder with no *.yaml or *.yml file in it"))
         for fp in files:
             log = ProblemLog(str(fp))
-            try:
-                texts.append((str(fp), fp.read_text(encoding="utf-8")))
-            except FileNotFoundError:
-                log.add(DOCUMENT, "file does not exist", str(fp))
-            except UnicodeDecodeError as e:
-                log.add(DOCUMENT, f"file is not UTF-8 text (byte {e.start})", str(fp))
-            except OSError as e:
-                log.add(DOCUMENT, f"cannot read file: {e.strerror or e}", str(fp))
+            text = read_text(fp, log)
+            if text is not None:
+                texts.append((str(fp), text))
             problems.extend(log.problems)
     if problems:
         raise IRError(problems)

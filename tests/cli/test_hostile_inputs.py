@@ -1,0 +1,92 @@
+"""Every reader meets the hostile-input corpus (``tests/fixtures/hostile``) through the real CLI.
+
+Each file runs in a subprocess under a 1 GiB address-space limit and a timeout, from an empty
+working folder: the command must exit 2 with every line of its answer naming the file, print no
+traceback, and write nothing. ``yaml/`` holds what every YAML reader must survive (alias bombs,
+cycles, deep nesting, bytes that are not UTF-8, NUL, binary, empty files, a folder, an integer of
+5,000 digits); ``ir/``, ``agent/`` and ``manifests/`` hold what only that reader reads (numbers
+beyond any bound, ``null`` quantities, replica counts, misspelled fields, wrong types).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "hostile"
+#: A hang shows as a timeout; a healthy answer takes about 1.5 s here (most of it imports).
+TIMEOUT_S = 60
+MEMORY_BYTES = 1 << 30
+
+COMMANDS = {
+    "ir": ["ir", "validate"],
+    "agent": ["agent", "validate"],
+    "manifests": ["deployable", "--pod", "web", "--node", "n1", "--cluster"],
+}
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+
+
+def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "kalena.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        preexec_fn=_limit,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def _cases() -> list[tuple[str, Path]]:
+    out = []
+    for reader in COMMANDS:
+        for folder in ("yaml", reader):
+            out.extend((reader, p) for p in sorted((CORPUS / folder).iterdir()))
+    return out
+
+
+def test_the_corpus_has_every_kind_of_hostile_file():
+    names = {p.name for p in (CORPUS / "yaml").iterdir()}
+    for expected in (
+        "alias-bomb.yaml",
+        "alias-cycle.yaml",
+        "deep-flow.yaml",
+        "bad-utf8.yaml",
+        "nul-byte.yaml",
+        "binary.yaml",
+        "empty.yaml",
+        "a-directory.yaml",
+        "huge-integer.yaml",
+    ):
+        assert expected in names
+    assert len(_cases()) >= 60
+
+
+@pytest.mark.parametrize(("reader", "path"), _cases(), ids=lambda x: x if isinstance(x, str) else x.name)
+def test_a_hostile_file_is_one_clear_error(reader, path, tmp_path):
+    r = run_cli([*COMMANDS[reader], str(path)], tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+    assert "Traceback" not in r.stderr and "Error:" not in r.stderr.split(":", 1)[0]
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert lines, "no message"
+    assert all(line.startswith(str(path)) for line in lines), lines
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_an_endless_device_is_refused_by_size(tmp_path):
+    r = run_cli(["ir", "validate", "/dev/zero"], tmp_path)
+    assert (
+        r.returncode == 2
+        and r.stderr.strip()
+        == "/dev/zero: <document>: file is larger than 64 MiB, the limit for one input file"
+    )
