@@ -132,10 +132,16 @@ class SubmissionError(ValueError):
 
 
 def submit(inbox: Path, sub: Submission) -> Path:
-    """Drop ``sub`` into the agent's inbox (atomically: the agent never reads half a file)."""
-    inbox.mkdir(parents=True, exist_ok=True)
+    """Drop ``sub`` into the agent's inbox, atomically (the agent never reads half a file) and
+    only if no job of that name is queued there: ``FileExistsError`` otherwise, nothing replaced."""
+    inbox.mkdir(exist_ok=True)
     path = inbox / f"{sub.name}.json"
-    write_atomic(path, json.dumps(sub.to_json(), sort_keys=True).encode())
+    staged = inbox / f".{sub.name}.json.new"
+    write_atomic(staged, json.dumps(sub.to_json(), sort_keys=True).encode())
+    try:
+        os.link(staged, path)  # creates the name only if it is free, in one step
+    finally:
+        staged.unlink(missing_ok=True)
     return path
 
 

@@ -10,6 +10,7 @@ runs the agent until SIGTERM/SIGINT (or ``--duration``). Exit codes: 0 stopped c
 from __future__ import annotations
 
 import json
+import math
 import signal
 import sys
 import time
@@ -21,13 +22,15 @@ import typer
 from kalena.agent.build import build_agent
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import DeclarationError, load_declaration
-from kalena.agent.layout import LayoutError, detect
+from kalena.agent.layout import BadCgroupName, LayoutError, check_name, detect
 from kalena.agent.loop import StepReport
 from kalena.agent.psi import PsiTrigger, PsiUnavailable, TriggerSpec
 from kalena.agent.runtime import SubmissionError, parse_submission, submit
 from kalena.agent.state import StateStore
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
+from kalena.core.lifecycle import TERMINAL
+from kalena.core.validate import ConfigError
 
 app = typer.Typer(help="The Linux node agent: cgroups, PSI, throttling and eviction.", no_args_is_help=True)
 
@@ -37,6 +40,22 @@ EXIT_HOST = 3
 StateDir = Annotated[
     Path, typer.Option("--state-dir", help="Folder of the state file, action log and inbox.")
 ]
+
+
+#: The config field behind each option of ``agent run``: a bad value is reported in the option's name.
+OPTION_OF = {
+    ("AgentConfig", "sample_interval_s"): "--sample-interval",
+    ("AgentConfig", "estimate_interval_s"): "--estimate-interval",
+    ("EvictionConfig", "grace_period_s"): "--grace-period",
+    ("EvictionConfig", "min_run_time_s"): "--min-run-time",
+    ("EscalationConfig", "rounds"): "--escalation-rounds",
+}
+
+
+def _option_problem(e: ValueError) -> str:
+    if isinstance(e, ConfigError) and (e.owner, e.key) in OPTION_OF:
+        return f"{OPTION_OF[e.owner, e.key]}: must be {e.rule} (value: {e.value!r})"
+    return str(e)
 
 
 def _fail(lines: list[str], code: int) -> typer.Exit:
@@ -83,6 +102,17 @@ def run(
         )
     if telemetry not in ("cgroupfs", "cadvisor"):
         raise _fail([f"--telemetry: must be cgroupfs or cadvisor (value: {telemetry!r})"], EXIT_BAD_INPUT)
+    if not (math.isfinite(duration) and duration >= 0):
+        raise _fail(
+            [f"--duration: must be a finite number of seconds >= 0 (value: {duration!r})"], EXIT_BAD_INPUT
+        )
+    if cgroup_root != "auto":
+        try:
+            check_name(cgroup_root)
+        except BadCgroupName as e:
+            raise _fail([f"--cgroup-root: {e} (value: {cgroup_root!r})"], EXIT_BAD_INPUT) from None
+    if state_dir.exists() and not state_dir.is_dir():
+        raise _fail([f"--state-dir: must be a folder, and {state_dir} is a file"], EXIT_BAD_INPUT)
     try:
         decl = load_declaration(declaration)
         policy = PolicyConfig(
@@ -97,7 +127,7 @@ def run(
     except DeclarationError as e:
         raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
     except ValueError as e:
-        raise _fail([str(e)], EXIT_BAD_INPUT) from None
+        raise _fail([_option_problem(e)], EXIT_BAD_INPUT) from None
     try:
         agent = build_agent(
             decl,
@@ -171,11 +201,35 @@ def submit_cmd(
         "limits": pairs(limit, "limit") if limit else None,
         "slack_memory": slack_memory,
     }
+    if not state_dir.is_dir():
+        raise _fail(
+            [f"--state-dir: {state_dir} is not a folder (the agent's --state-dir, made by agent run)"],
+            EXIT_BAD_INPUT,
+        )
     try:
         sub = parse_submission(data, "<command line>")
     except SubmissionError as e:
         raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
-    path = submit(state_dir / "inbox", sub)
+    try:
+        known = StateStore(state_dir / "state.json").load()
+    except (OSError, ValueError):
+        known = None  # an unreadable state file is the agent's to report; the inbox still decides
+    if known is not None and sub.name in known.jobs and known.task(sub.name) not in TERMINAL:
+        raise _fail(
+            [f"--name: a job of this name is already {known.status(sub.name)} here (value: {sub.name!r})"],
+            EXIT_BAD_INPUT,
+        )
+    try:
+        path = submit(state_dir / "inbox", sub)
+    except FileExistsError:
+        raise _fail(
+            [f"--name: a job of this name is already queued in {state_dir / 'inbox'} (value: {sub.name!r})"],
+            EXIT_BAD_INPUT,
+        ) from None
+    except OSError as e:
+        raise _fail(
+            [f"{state_dir / 'inbox'}: cannot queue the job: {e.strerror or e}"], EXIT_BAD_INPUT
+        ) from None
     typer.echo(str(path))
 
 

@@ -24,7 +24,7 @@ from kalena.ir.convert import to_v1
 from kalena.ir.document import BlueprintDoc, Document, InfraDoc, WorkloadsDoc
 from kalena.ir.errors import DOCUMENT, IRError, Problem
 from kalena.ir.load import parse_document, read_documents
-from kalena.ir.write import dump_document, scalar, write_text_atomic
+from kalena.ir.write import dump_document, scalar, write_files_atomic
 
 app = typer.Typer(
     help="Kuberina IR documents (Infrastructure, Workloads, Blueprint): validate and convert.",
@@ -185,18 +185,25 @@ def convert(
             raise IRError(problems)
     except IRError as e:
         raise _fail(e.problems) from None
+    files: dict[Path, str] = dict(texts)
+    if rename_map is not None:
+        lines = [f"{scalar(k)}: {scalar(v)}" for k, v in conv.renames.items()]
+        files[rename_map] = "\n".join(lines) + "\n" if lines else "{}\n"
+    created = not out.exists()
     try:
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError(20, "not a folder", str(out))
         out.mkdir(parents=True, exist_ok=True)
-        for target, text in texts.items():
-            write_text_atomic(target, text)
-            con.print(f"wrote {escape(str(target))}")
-        if rename_map is not None:
-            lines = [f"{scalar(k)}: {scalar(v)}" for k, v in conv.renames.items()]
-            write_text_atomic(rename_map, "\n".join(lines) + "\n" if lines else "{}\n")
-            con.print(f"wrote {escape(str(rename_map))}")
+        write_files_atomic(files)  # all of them or none
     except OSError as e:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
         where = e.filename or out
-        raise _fail([Problem(str(where), DOCUMENT, f"cannot write: {e.strerror or e}")]) from None
+        raise _fail(
+            [Problem(str(where), DOCUMENT, f"cannot write: {e.strerror or e}; nothing was written")]
+        ) from None
+    for target in files:
+        con.print(f"wrote {escape(str(target))}")
     con.print(f"{len(conv.renames):,} pods renamed (a legacy pod p became declaration p, pod p-0)")
     for note in conv.notes:
         con.print(f"note: {escape(note)}")

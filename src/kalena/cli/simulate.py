@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
+import shutil
 import sys
+import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -40,6 +44,67 @@ def _fail(lines: list[str]) -> typer.Exit:
     for line in lines:
         typer.echo(line, err=True)
     return typer.Exit(EXIT_BAD_INPUT)
+
+
+#: The longest run accepted: one leap year. A day takes about 300 MiB and two minutes here; far
+#: longer runs are a typo (``--hours 1e12`` would grow until the machine is out of memory).
+MAX_HOURS = 8784.0
+
+#: Every file a run writes; a later run into the same folder replaces them or removes them.
+OUTPUTS = ("report.json", "slack_cluster.png", "slack_node.png", "reservation_cdf.png")
+
+
+def _hours(value: float) -> float:
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number of hours")
+    return value
+
+
+def _check_out(out: Path) -> str | None:
+    """Why ``--out`` cannot take this run's files (checked before the run), or None."""
+    if out.exists():
+        if not out.is_dir():
+            return f"{out}: --out must be a folder, and this is a file"
+        if not os.access(out, os.W_OK | os.X_OK):
+            return f"{out}: --out is not writable"
+        return None
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return f"{out}: --out cannot be created ({parent} is not a writable folder)"
+    return None
+
+
+def _write_outputs(out: Path, report: dict[str, Any], sim: Simulation | None) -> list[Path]:
+    """report.json and the plots (``sim`` None: no plots), into ``out``: all of them or none.
+
+    Everything is written into a staging folder inside ``out`` first; only then are the files
+    renamed into place and the outputs of an earlier run that this one did not write (plots
+    after ``--no-plots``) removed, so the folder always holds one run's complete output.
+    """
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".kalena-run-", dir=out))
+    try:
+        (staging / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        if sim is not None:
+            from kalena.sim.plots import write_plots  # matplotlib loads only when plots are wanted
+
+            write_plots(sim, staging)
+        names = sorted(p.name for p in staging.iterdir())
+        for name in names:
+            os.replace(staging / name, out / name)
+        for name in OUTPUTS:
+            if name not in names:
+                (out / name).unlink(missing_ok=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    staging.rmdir()
+    return [out / n for n in names]
 
 
 def _cluster(infra: Path | None, workloads: Path | None, blueprint: Path | None) -> Cluster:
@@ -132,7 +197,12 @@ def _table(arms: list[tuple[str, dict[str, Any]]]) -> Table:
 
 
 def simulate(
-    hours: Annotated[float, typer.Option(help="Simulated hours.", min=0.01)] = 24.0,
+    hours: Annotated[
+        float,
+        typer.Option(
+            help="Simulated hours (at most one leap year).", min=0.01, max=MAX_HOURS, callback=_hours
+        ),
+    ] = 24.0,
     seed: Annotated[int, typer.Option(help="Seed of every random draw (same seed, same report).", min=0)] = 0,
     estimator: Annotated[Estimator, typer.Option(help="Reservation estimator.")] = DEFAULT_ESTIMATOR,
     infra: Annotated[
@@ -155,6 +225,9 @@ def simulate(
     """Replay a day on the cluster through the real policy core (default: 24 h on bundled Irina)."""
     if compare and no_reclaim:
         raise _fail(["--compare already runs the --no-reclaim arm; give one of them"])
+    bad_out = _check_out(out)
+    if bad_out is not None:
+        raise _fail([bad_out])
     cluster = _cluster(infra, workloads, blueprint)
     policy = PolicyConfig(estimator=estimator.value)
     base = SimConfig(hours=hours, seed=seed, reclaim=not no_reclaim, policy=policy)
@@ -168,15 +241,9 @@ def simulate(
         arms.append(("reclaim off", other_report))
         report = compare_reports(arms[0][1], other_report)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        written = [out / "report.json"]
-        if plots:
-            from kalena.sim.plots import write_plots  # matplotlib loads only when plots are wanted
-
-            written += write_plots(sim, out)
+        written = _write_outputs(out, report, sim if plots else None)
     except OSError as e:
-        raise _fail([f"{out}: cannot write the report: {e.strerror or e}"]) from None
+        raise _fail([f"{out}: cannot write the report: {e.strerror or e}; nothing was written"]) from None
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:

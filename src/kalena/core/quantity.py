@@ -53,8 +53,10 @@ _RATE_DIMS = frozenset({"disk.read", "disk.write", "network.in", "network.out"})
 #: unbounded node.
 MAX_QUANTITY = 2.0**42
 
-#: Exponents beyond this are refused before any arithmetic (``1e999999999`` costs nothing to write).
+#: Exponents beyond this are refused before any arithmetic (``1e999999999`` costs nothing to write);
+#: below ``-_MIN_EXPONENT`` the value is 0 in any float.
 _MAX_EXPONENT = 64
+_MIN_EXPONENT = 400
 
 
 class QuantityError(ValueError):
@@ -98,10 +100,10 @@ def parse_quantity(raw: SupportsFloat | str, dim: str = "cpu", limit: float = MA
         scaled = number  # a bare number (already in IR units), or zero in any unit
     else:
         power = int(exp[1:]) if exp is not None else 0
-        if abs(power) > _MAX_EXPONENT:  # refused before Decimal spends time and memory on it
-            if power > 0:
-                raise QuantityTooLarge(_too_large(raw, dim, limit))
-            raise QuantityError(f"{raw!r} is too small a quantity for {dim}")
+        if power > _MAX_EXPONENT:  # refused before Decimal spends time and memory on it
+            raise QuantityTooLarge(_too_large(raw, dim, limit))
+        if power < -_MIN_EXPONENT:
+            return 0.0  # below the smallest float there is (5e-324)
         scaled = number * Decimal(10) ** power if exp is not None else number * _SUFFIX[suffix or ""]
         if dim in _BYTE_DIMS:
             scaled = scaled / _GIB

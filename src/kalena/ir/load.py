@@ -40,7 +40,7 @@ from kalena.ir.document import (
 )
 from kalena.ir.errors import DOCUMENT, IRError, Problem, ProblemLog, key_path
 from kalena.ir.groups import resolve_groups
-from kalena.ir.yamlio import parse_yaml, read_text
+from kalena.ir.yamlio import parse_yaml, parse_yaml_all, read_text
 
 _KIND_KEYS: dict[str, frozenset[str]] = {
     "Infrastructure": frozenset({"nodes", "daemonsets"}),
@@ -62,6 +62,12 @@ def parse_document(text: str, file: str = "<string>", expect: Kind | None = None
     """Parse and check one IR document given as text (``file`` names it in problems)."""
     log = ProblemLog(file)
     ok, data = parse_yaml(text, log)
+    if not ok and any("expected a single document" in p.message for p in log.problems):
+        several = ProblemLog(file)
+        _, docs = parse_yaml_all(text, several)
+        if docs and isinstance(docs[0], dict) and _looks_kubernetes(docs[0]):
+            log = ProblemLog(file)  # manifests, several per file: say so instead of a syntax error
+            log.add(DOCUMENT, KUBERNETES_HINT)
     doc = _document(data, log, expect) if ok else None
     log.raise_if_any()
     assert doc is not None  # no problems logged means a document was built
@@ -83,6 +89,23 @@ def read_documents(paths: Sequence[str | Path]) -> list[Document]:
 
 
 # ---------------------------------------------------------------------------------------------
+#: What an IR reader says of a Kubernetes object: the verifier reads those.
+KUBERNETES_HINT = (
+    "a Kubernetes object, not a Kuberina IR document: `kalena deployable --cluster FILE` reads those"
+)
+
+
+def _looks_kubernetes(data: Any) -> bool:
+    """An apiVersion of Kubernetes' shape (``v1``, ``apps/v1``) with a kind: not a typo of IR's."""
+    api, kind = data.get("apiVersion"), data.get("kind")
+    return (
+        isinstance(api, str)
+        and isinstance(kind, str)
+        and not api.startswith("kuberina.io/")
+        and (api.split("/")[-1].startswith("v") and api.split("/")[-1][1:2].isdigit())
+    )
+
+
 def _document(data: Any, log: ProblemLog, expect: Kind | None) -> Document | None:
     if not isinstance(data, dict):
         what = "empty" if data is None else type(data).__name__
@@ -102,7 +125,10 @@ def _document(data: Any, log: ProblemLog, expect: Kind | None) -> Document | Non
 def _header(data: dict[str, Any], log: ProblemLog, expect: Kind | None) -> tuple[Kind, bool] | None:
     api = data.get("apiVersion")
     if "apiVersion" in data and api != v1.API_VERSION:
-        log.add("apiVersion", f"unknown apiVersion (this reader implements {v1.API_VERSION})", api)
+        if _looks_kubernetes(data):
+            log.add("apiVersion", KUBERNETES_HINT, api)
+        else:
+            log.add("apiVersion", f"unknown apiVersion (this reader implements {v1.API_VERSION})", api)
         return None
     legacy = "apiVersion" not in data
     kind = data.get("kind")

@@ -222,17 +222,43 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
     A reader (or a crash) sees either the old file or the complete new one, never half of it.
     """
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    write_files_atomic({Path(path): text})
+
+
+def write_files_atomic(files: Mapping[Path, str | bytes], remove: Iterable[Path] = ()) -> None:
+    """Write every file, or none: each is staged complete (written and synced) beside its target
+    first, and only when all are staged are they renamed into place; then ``remove`` (stale
+    outputs of an earlier run) is deleted.
+
+    A failure while staging removes what was staged and raises ``OSError`` whose ``filename`` is
+    the target given, never a temporary name. The renames themselves do not fail on one file system
+    short of a crash, in which case each target is still either its old or its new content.
+    """
+    staged: list[tuple[str, Path]] = []
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        for target, content in files.items():
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, str(target)) from None
+            staged.append((tmp, target))
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, str(target)) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
         raise
+    for tmp, target in staged:
+        os.replace(tmp, target)
+    for old in remove:
+        if old not in files:
+            old.unlink(missing_ok=True)
 
 
 def write_document(doc: Document, path: str | Path) -> None:

@@ -134,7 +134,8 @@ def starvation_nodes(
         on = view.node[g]
         excess = u[g] - r[g]
         total = np.bincount(on, weights=excess, minlength=n)
-        with np.errstate(invalid="ignore", divide="ignore"):
+        # a tiny total makes needed / total overflow to inf: the share is then 1, as min() says
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             share = np.where(total > 0, np.minimum(1.0, needed / total), 0.0)
         take = excess * share[on]
         quota = np.maximum(r[g], u[g] - take)
