@@ -20,6 +20,7 @@ from kalena.core.cluster import Cluster
 from kalena.core.resources import DIMS
 from kalena.data import irina_paths
 from kalena.ir.build import DocumentSet, check_set
+from kalena.ir.checks import soft_notes
 from kalena.ir.convert import to_v1
 from kalena.ir.document import BlueprintDoc, Document, InfraDoc, WorkloadsDoc
 from kalena.ir.errors import DOCUMENT, IRError, Problem
@@ -100,6 +101,10 @@ def _cluster_table(cluster: Cluster, placed: bool) -> Table:
     return table
 
 
+#: Soft-rule notes printed by ``ir validate`` before the rest is summed up in one line.
+MAX_NOTES = 20
+
+
 @app.command()
 def validate(
     files: Annotated[
@@ -134,6 +139,13 @@ def validate(
     checked = [k for k, d in (("infra", docset.infra), ("workloads", docset.workloads)) if d is not None]
     if docset.blueprint is not None and checked:
         con.print(f"[green]valid[/green]: blueprint cross-checked against {' and '.join(checked)}")
+        notes = soft_notes(cluster) if cluster is not None and docset.complete else []
+        for line in notes[:MAX_NOTES]:
+            con.print(f"note: {escape(line)}")
+        if len(notes) > MAX_NOTES:
+            con.print(
+                f"note: ... and {len(notes) - MAX_NOTES:,} more soft-rule notes ({len(notes):,} in all)"
+            )
     else:
         con.print("[green]valid[/green]")
 

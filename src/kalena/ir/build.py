@@ -30,7 +30,7 @@ from kalena.core.model import (
     WorkloadSpec,
 )
 from kalena.core.resources import DIMS, Resources
-from kalena.ir.checks import check_fit, check_nodes, ledger_problems, resolve_solution
+from kalena.ir.checks import check_fit, check_groups, check_nodes, ledger_problems, resolve_solution
 from kalena.ir.document import (
     BlueprintDoc,
     DaemonSetDoc,
@@ -169,7 +169,9 @@ def check_set(docs: DocumentSet) -> tuple[Cluster | None, list[Problem]]:
     nodes = tuple(node_spec(n) for n in infra.nodes)
     specs = workload_specs(wl) if wl is not None else ()
     if bp is not None and log is not None and wl is not None:
-        check_fit(placement, key_of, {n.name: n for n in nodes}, {w.id: w for w in specs}, log)
+        by_name = {n.name: n for n in nodes}
+        check_fit(placement, key_of, by_name, {w.id: w for w in specs}, log)
+        check_groups(placement, key_of, by_name, wl.resolved_groups, log)
         if log.problems:
             return None, list(log.problems)
     cluster = Cluster.build(

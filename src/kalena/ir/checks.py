@@ -5,8 +5,11 @@
 * Every pod of the workloads appears in the blueprint.
 * Every node the blueprint names exists in the infrastructure.
 * With all three documents: every placement respects the pod's nodeSelector and tolerates
-  the node's taints (by key, as IR v1 says), and the request ledger holds: on every node and
+  the node's taints (by key, as IR v1 says), every gang keeps its hard rules (``colocate: true``:
+  one node; a group ``nodeSelector``), and the request ledger holds: on every node and
   dimension, the summed requests of its pods stay within C_n (allocatable minus Phase 0).
+* ``affinity`` and ``antiAffinity`` are soft in IR v1: a placement that breaks them is valid,
+  and :func:`soft_notes` lists each such pod for the operator to see.
 
 Problems are reported against the blueprint file, with key paths ``solution.<key>``.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from kalena.core.cluster import LedgerBreach
+from kalena.core.cluster import Cluster, Group, LedgerBreach
 from kalena.core.model import NodeSpec, WorkloadSpec, selector_matches, tolerates_all
 from kalena.ir.document import BlueprintDoc, DeclDoc, InfraDoc, WorkloadsDoc
 from kalena.ir.errors import Problem, ProblemLog
@@ -89,6 +92,70 @@ def check_fit(
             log.add(
                 ("solution", key_of[pid]), f"the pod does not tolerate the taints of {node_name}", node_name
             )
+
+
+def check_groups(
+    placement: Mapping[str, str],
+    key_of: Mapping[str, str],
+    nodes: Mapping[str, NodeSpec],
+    groups: Iterable[Group],
+    log: ProblemLog,
+) -> None:
+    """A gang's hard rules (IR v1 §3.2): ``colocate: true`` puts every member on one node, and a
+    group ``nodeSelector`` binds every member."""
+    for g in groups:
+        placed = [(m, placement[m]) for m in g.members if m in placement]
+        if g.colocate and len({n for _, n in placed}) > 1:
+            first_pod, first_node = placed[0]
+            for pid, node_name in placed[1:]:
+                if node_name != first_node:
+                    log.add(
+                        ("solution", key_of[pid]),
+                        f"group {g.name} is colocate: true, but this member is on {node_name} "
+                        f"and {first_pod} on {first_node}",
+                        node_name,
+                    )
+        if g.node_selector:
+            for pid, node_name in placed:
+                node = nodes.get(node_name)
+                if node is not None and not selector_matches(g.node_selector, node.labels):
+                    log.add(
+                        ("solution", key_of[pid]),
+                        f"node {node_name} does not match the nodeSelector of group {g.name}",
+                        node_name,
+                    )
+
+
+def soft_notes(cluster: Cluster) -> list[str]:
+    """Where a placed cluster breaks the soft rules of IR v1 (``affinity``, ``antiAffinity``):
+    one line per pod, naming the pod, its node and the rule. Soft rules never make a blueprint
+    invalid (Kuberina's solver trades them against capacity), but an operator should see them.
+    """
+    where = cluster.placement
+    out: list[str] = []
+    for w in cluster.workloads:
+        node = where.get(w.id)
+        if node is None:
+            continue
+        if not w.anti_affinity.is_empty():
+            near = sorted(
+                t for t in cluster.targets_of(w.anti_affinity) if t != w.id and where.get(t) == node
+            )
+            if near:
+                more = f" and {len(near) - 1} more" if len(near) > 1 else ""
+                out.append(
+                    f"{w.id} on {node}: its antiAffinity names {near[0]}{more}, on the same node (soft)"
+                )
+        if not w.affinity.is_empty():
+            targets = cluster.targets_of(w.affinity) - {w.id}
+            if targets and not any(where.get(t) == node for t in targets):
+                if len(targets) == 1:
+                    (t,) = targets
+                    out.append(f"{w.id} on {node}: its affinity names {t}, which is on {where.get(t)} (soft)")
+                else:
+                    n = len(targets)
+                    out.append(f"{w.id} on {node}: none of the {n} pods its affinity names is there (soft)")
+    return out
 
 
 def ledger_problems(file: str, breaches: Iterable[LedgerBreach]) -> list[Problem]:
