@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kalena.ir.errors import ProblemLog
-from kalena.ir.yamlio import MAX_DEPTH, check_bounds, load_yaml_file, parse_yaml, parse_yaml_all, read_text
+from kalena.ir.yamlio import MAX_DEPTH, check_bounds, parse_yaml, parse_yaml_all, read_text
 
 _scalars = st.one_of(
     st.none(),
@@ -116,8 +116,8 @@ def test_bad_bytes_are_named_by_offset(tmp_path):
     p = tmp_path / "latin1.yaml"
     p.write_bytes("name: café\n".encode("latin-1"))
     log = ProblemLog(str(p))
-    ok, _ = load_yaml_file(p, log)
-    assert not ok and (log.problems[0].message, log.problems[0].value) == (
+    assert read_text(p, log) is None
+    assert (log.problems[0].message, log.problems[0].value) == (
         "file is not UTF-8 text (byte 9)",
         "e9",
     )

@@ -52,7 +52,7 @@ from kalena.core.resources import DIMS, Resources
 from kalena.core.tolerance import REL_TOL
 from kalena.ir.errors import DOCUMENT, Problem, ProblemLog, key_path
 from kalena.ir.schema_v1 import problems_from
-from kalena.ir.yamlio import load_yaml_file
+from kalena.ir.yamlio import parse_yaml, read_text
 
 API_VERSION = "kalena.naughtian.io/v1alpha1"
 KIND = "NodeDeclaration"
@@ -231,12 +231,19 @@ def parse_declaration(data: Any, file: str) -> Declaration:
 
 def load_declaration(path: Path) -> Declaration:
     """Read and validate ``path``; every problem names the file, the key and the value."""
-    file = str(path)
-    log = ProblemLog(file)
-    ok, docs = load_yaml_file(path, log)
-    if not ok or log:  # unreadable, not YAML, over a bound, or a duplicate key
+    log = ProblemLog(str(path))
+    text = read_text(path, log)
+    if text is None:
         raise DeclarationError(log.problems)
-    data = docs[0]
+    return read_declaration(text, str(path))
+
+
+def read_declaration(text: str, file: str) -> Declaration:
+    """Validate a declaration given as YAML text (``file`` names it in problems)."""
+    log = ProblemLog(file)
+    ok, data = parse_yaml(text, log)
+    if not ok or log:  # not YAML, over a bound, or a duplicate key
+        raise DeclarationError(log.problems)
     if not isinstance(data, dict):
         raise DeclarationError(
             [Problem(file, DOCUMENT, "must be a mapping with apiVersion, kind, node", data)]

@@ -235,11 +235,3 @@ def _parse(text: str, log: ProblemLog, single: bool) -> tuple[bool, list[Any]]:
     for key, line in loader.duplicates:
         log.add(DOCUMENT, f"duplicate key at line {line} (YAML would keep only the last)", key)
     return True, docs
-
-
-def load_yaml_file(path: str | Path, log: ProblemLog, *, multi: bool = False) -> tuple[bool, list[Any]]:
-    """Read ``path`` (:func:`read_text`) and parse it: ``(ok, documents)``; one document unless ``multi``."""
-    text = read_text(path, log)
-    if text is None:
-        return False, []
-    return _parse(text, log, single=not multi)
