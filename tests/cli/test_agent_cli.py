@@ -124,6 +124,8 @@ def test_run_starts_and_stops_cleanly(tmp_path):
         kinds = [json.loads(line)["kind"] for line in (state_dir / "actions.jsonl").read_text().splitlines()]
         assert kinds[0] != "stop" and kinds[-1] == "stop" and "start" in kinds
         assert "kalena agent: node node-a, mode=" in proc.stderr.read()
+        # nothing ran under Kalena's root, so the stopped agent leaves no cgroup of its own behind
+        assert [str(tree.dir(h, "")) for h in lay.hierarchies if tree.dir(h, "").exists()] == []
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -134,3 +136,64 @@ def test_run_starts_and_stops_cleanly(tmp_path):
                     sub.rmdir()
                 d.rmdir()
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_purge_stops_the_batch_runs_a_stopped_agent_left_and_removes_its_cgroups(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("kalena agent run needs root (euid 0) to create its cgroups")
+    try:
+        lay = detect()
+    except (OSError, LayoutError) as e:
+        pytest.skip(f"no cgroup hierarchy on this host: {e}")
+    root = f"kalena-purge-{uuid.uuid4().hex[:8]}"
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    tree = CgroupTree(lay, root)
+    decl = write(tmp_path, {**GOOD, "workloads": []})
+    cli = [sys.executable, "-m", "kalena.cli.main", "agent"]
+    sub = subprocess.run(
+        [*cli, "submit", "--state-dir", str(state_dir), "--name", "sleeper", "--request", "cpu=100m",
+         "--request", "ram=16Mi", "--", "sleep", "300"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert sub.returncode == 0, sub.stderr
+    proc = subprocess.Popen(
+        [*cli, "run", "--declaration", str(decl), "--state-dir", str(state_dir), "--cgroup-root", root],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    run_dir = [tree.dir(h, "batch/sleeper.1") for h in lay.hierarchies]
+    try:
+        end = time.monotonic() + 60  # a bound on a hung test
+        while time.monotonic() < end and not (run_dir[0] / "cgroup.procs").exists():
+            time.sleep(0.1)
+        while time.monotonic() < end and not (run_dir[0] / "cgroup.procs").read_text().split():
+            time.sleep(0.1)
+        pids = [int(p) for p in (run_dir[0] / "cgroup.procs").read_text().split()]
+        assert pids, "the batch run never started"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert all(d.is_dir() for d in run_dir)  # a stopped agent leaves its batch running, by design
+        r = subprocess.run(
+            [*cli, "purge", "--declaration", str(decl), "--cgroup-root", root],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert f"batch runs stopped and removed under {root}/batch" in r.stdout
+        assert [str(tree.dir(h, "")) for h in lay.hierarchies if tree.dir(h, "").exists()] == []
+        for pid in pids:  # killed (a zombie of a reaped child is gone from /proc too)
+            assert (
+                not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+            )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for h in lay.hierarchies:
+            d = tree.dir(h, "")
+            if d.exists():
+                for p in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                    for pid in (p / "cgroup.procs").read_text().split():
+                        os.kill(int(pid), signal.SIGKILL)
+                    time.sleep(0.1)
+                    p.rmdir()
+                d.rmdir()

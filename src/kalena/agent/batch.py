@@ -50,6 +50,7 @@ from kalena.agent import knobs
 from kalena.agent.actionlog import ActionLog, reason_json
 from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.config import AgentConfig
+from kalena.agent.layout import BATCH_PARENT
 from kalena.agent.runtime import ProcessRuntime, read_inbox, take
 from kalena.agent.state import LIVE, AgentState, EvictionRecord, JobRecord, StateStore
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite
@@ -71,8 +72,8 @@ def batch_spec(job: JobRecord, workload_id: str | None = None) -> WorkloadSpec:
         limits=None if job.limits is None else Resources.from_mapping(job.limits),
         tier=Tier.BATCH,
         priority=job.priority,
-        namespace="batch",
-        owner=f"batch/{job.name}",
+        namespace=BATCH_PARENT,
+        owner=f"{BATCH_PARENT}/{job.name}",
         slack_memory=job.slack_memory,
     )
 
@@ -297,7 +298,7 @@ class BatchRuns:
         jobs: dict[str, JobRecord] = {}  # the next run's workload id -> its job
         for name in self.state.names_in(TaskState.PENDING):
             job = self.state.jobs[name]
-            jobs[f"batch/{job.name}.{job.run + 1}"] = job
+            jobs[f"{BATCH_PARENT}/{job.name}.{job.run + 1}"] = job
         if not jobs:
             return ()
         pods = [batch_spec(j, wid) for wid, j in jobs.items()]

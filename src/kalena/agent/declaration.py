@@ -45,7 +45,7 @@ from pydantic import (
     ValidationError,
 )
 
-from kalena.agent.layout import BadCgroupName, check_name
+from kalena.agent.layout import BATCH_PARENT, BadCgroupName, check_name
 from kalena.core.model import DaemonSetSpec, NodeSpec, Tier, WorkloadSpec, node_capacity
 from kalena.core.quantity import QuantityError, parse_quantity
 from kalena.core.resources import DIMS, Resources
@@ -186,6 +186,15 @@ def parse_declaration(data: Any, file: str) -> Declaration:
         if w.cgroup == "/":
             problems.append(
                 Problem(file, key_path([*loc, "cgroup"]), "the hierarchy root cannot be adopted", w.cgroup)
+            )
+        if w.cgroup == BATCH_PARENT or w.cgroup.startswith(BATCH_PARENT + "/"):
+            problems.append(
+                Problem(
+                    file,
+                    key_path([*loc, "cgroup"]),
+                    f"'{BATCH_PARENT}' under Kalena's root holds its own batch runs; choose another cgroup",
+                    w.cgroup,
+                )
             )
         req = _quantities(w.requests, [*loc, "requests"], problems, file, default=0.0)
         lim = (

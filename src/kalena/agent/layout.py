@@ -182,6 +182,11 @@ class BadCgroupName(ValueError):
     """A cgroup name that could escape its parent (``..``, empty parts, control characters)."""
 
 
+#: Every run's workload id, which is also its cgroup under Kalena's root, is ``batch/<job>.<run>``:
+#: all runs live under this one parent, which nothing else uses.
+BATCH_PARENT = "batch"
+
+
 def check_name(name: str) -> str:
     """Return ``name`` if it is a safe cgroup name: no ``.``/``..``/empty parts, no control characters."""
     body = name[1:] if name.startswith("/") else name

@@ -38,7 +38,7 @@ from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import Declaration, DeclarationError
 from kalena.agent.estimation import estimate
 from kalena.agent.evictor import Evictor
-from kalena.agent.layout import CgroupTree
+from kalena.agent.layout import BATCH_PARENT, CgroupTree
 from kalena.agent.notify import AgentEvent, Notifier
 from kalena.agent.ports import (
     DeclarationSource,
@@ -176,10 +176,14 @@ class Agent:
         self.store.save(self.state)
 
     def shutdown(self) -> None:
-        """Restore every capped production cgroup, save, disarm. Batch runs keep running."""
+        """Restore every capped production cgroup, save, disarm. Batch runs keep running (a
+        restarted agent adopts them again); the cgroups Kalena made and nothing uses any more (the
+        batch parent, the root) are removed, so a stopped agent leaves no empty tree behind."""
         self._restore_production("restore at shutdown")
         self.store.save(self.state)
         self.sources.disarm()
+        for name in (BATCH_PARENT, ""):
+            self.writer.remove_if_empty(name, "shutdown: nothing runs here")
         self.log.append("stop", self.clock())
 
     def run(

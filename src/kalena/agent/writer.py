@@ -397,6 +397,27 @@ class CgroupWriter:
         self._cache = {p: v for p, v in self._cache.items() if not any(p.is_relative_to(t) for t in tops)}
         return tuple(out)
 
+    def remove_if_empty(self, name: str, reason: str) -> tuple[WriteRecord, ...]:
+        """Remove ``name`` in every hierarchy where it holds no process and no child cgroup (the
+        root or the batch parent at shutdown: what Kalena made, once nothing runs in it)."""
+        self.check(name)
+        out = []
+        for h in self.tree.layout.hierarchies:
+            d = self.tree.dir(h, name)
+            if (
+                not d.is_dir()
+                or any(p.is_dir() for p in d.iterdir())
+                or (read_text(d / "cgroup.procs") or "").split()
+            ):
+                continue
+            try:
+                d.rmdir()
+                outcome = "written"
+            except OSError as e:  # a process joined meanwhile, or the kernel still holds it
+                outcome = f"failed: {e.strerror or e}"
+            out.append(self._record("rmdir", name, d, None, "", reason, outcome))
+        return tuple(out)
+
     def procs_files(self, name: str) -> tuple[Path, ...]:
         """The ``cgroup.procs`` file of ``name`` in every hierarchy (for placing a new process)."""
         self.check(name)

@@ -22,11 +22,20 @@ import typer
 from kalena.agent.build import build_agent
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import DeclarationError, load_declaration
-from kalena.agent.layout import BadCgroupName, LayoutError, check_name, detect
-from kalena.agent.loop import StepReport
+from kalena.agent.layout import (
+    BATCH_PARENT,
+    BadCgroupName,
+    CgroupTree,
+    LayoutError,
+    check_name,
+    default_root,
+    detect,
+)
+from kalena.agent.loop import StepReport, scope_of
 from kalena.agent.psi import PsiTrigger, PsiUnavailable, TriggerSpec
 from kalena.agent.runtime import SubmissionError, parse_submission, submit
 from kalena.agent.state import StateStore
+from kalena.agent.writer import CgroupWriter
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import TERMINAL
@@ -93,7 +102,9 @@ def run(
     duration: Annotated[
         float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
     ] = 0.0,
-    verbose: Annotated[bool, typer.Option("--verbose", help="One line per round with actions.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", metavar="", help="One line per round with actions.")
+    ] = False,
 ) -> None:
     """Run the agent on this host until SIGTERM or SIGINT."""
     if runtime != "process":
@@ -179,7 +190,7 @@ def submit_cmd(
     ] = None,
     limit: Annotated[list[str] | None, typer.Option("--limit", help="DIM=QUANTITY.")] = None,
     slack_memory: Annotated[
-        bool, typer.Option("--slack-memory", help="May grow past its memory request.")
+        bool, typer.Option("--slack-memory", metavar="", help="May grow past its memory request.")
     ] = False,
 ) -> None:
     """Queue a batch command on this node's agent (it runs in its own cgroup when it fits)."""
@@ -231,6 +242,43 @@ def submit_cmd(
             [f"{state_dir / 'inbox'}: cannot queue the job: {e.strerror or e}"], EXIT_BAD_INPUT
         ) from None
     typer.echo(str(path))
+
+
+@app.command()
+def purge(
+    declaration: Annotated[Path, typer.Option("--declaration", help="The node declaration (YAML).")],
+    cgroup_root: Annotated[
+        str, typer.Option("--cgroup-root", help="Kalena's root cgroup, as given to agent run.")
+    ] = "auto",
+) -> None:
+    """Undo agent run on this host: SIGKILL every batch run and remove the cgroups Kalena made.
+
+    Stop the agent first. Production and DaemonSet cgroups are never touched: the root stays
+    wherever production cgroups live under it (named in the output).
+    """
+    try:
+        decl = load_declaration(declaration)
+    except DeclarationError as e:
+        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+    if cgroup_root != "auto":
+        try:
+            check_name(cgroup_root)
+        except BadCgroupName as e:
+            raise _fail([f"--cgroup-root: {e} (value: {cgroup_root!r})"], EXIT_BAD_INPUT) from None
+    try:
+        layout = detect()
+        tree = CgroupTree(layout, default_root(layout) if cgroup_root == "auto" else cgroup_root)
+        writer = CgroupWriter(tree, scope_of(decl))
+        if not writer.purge(BATCH_PARENT, "agent purge"):
+            raise _fail([f"{tree.root}/{BATCH_PARENT}: batch processes still running after 10 s"], EXIT_HOST)
+        writer.remove_if_empty("", "agent purge")
+    except (LayoutError, OSError) as e:
+        raise _fail([f"cannot purge on this host: {e}"], EXIT_HOST) from None
+    left = [str(tree.dir(h, "")) for h in layout.hierarchies if tree.dir(h, "").is_dir()]
+    typer.echo(f"batch runs stopped and removed under {tree.root}/{BATCH_PARENT}")
+    for d in left:
+        kept = sorted(p.name for p in Path(d).iterdir() if p.is_dir())
+        typer.echo(f"kept {d}: it holds production cgroups ({', '.join(kept) or 'processes'})")
 
 
 @app.command()

@@ -100,7 +100,7 @@ def command(
         typer.Option("--co-occur", help="A second pod type that must run on the node at the same time."),
     ] = None,
     all_nodes: Annotated[
-        bool, typer.Option("--all-nodes", help="Report every node where the type can land.")
+        bool, typer.Option("--all-nodes", metavar="", help="Report every node where the type can land.")
     ] = False,
     semantics: Annotated[
         Semantics,
@@ -114,7 +114,7 @@ def command(
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0.0, help="Stop (unknown) after this many seconds.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON answer.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print only the JSON answer.")] = False,
 ) -> None:
     """Can a pod of type --pod ever run on --node, through any legal sequence of deploys and deletes?"""
     problems = []

@@ -211,16 +211,16 @@ def simulate(
     workloads: Annotated[Path | None, typer.Option(help="Workloads document.")] = None,
     blueprint: Annotated[Path | None, typer.Option(help="Blueprint document.")] = None,
     no_reclaim: Annotated[
-        bool, typer.Option("--no-reclaim", help="Disable reclamation (the baseline arm).")
+        bool, typer.Option("--no-reclaim", metavar="", help="Disable reclamation (the baseline arm).")
     ] = False,
     compare: Annotated[
-        bool, typer.Option("--compare", help="Run both arms and show them side by side.")
+        bool, typer.Option("--compare", metavar="", help="Run both arms and show them side by side.")
     ] = False,
     out: Annotated[Path, typer.Option(help="Folder for report.json and the PNG plots.")] = Path("out"),
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print report.json to stdout and nothing else.")
+        bool, typer.Option("--json", metavar="", help="Print report.json to stdout and nothing else.")
     ] = False,
-    plots: Annotated[bool, typer.Option(help="Write the PNG plots.")] = True,
+    plots: Annotated[bool, typer.Option(metavar="", help="Write the PNG plots.")] = True,
 ) -> None:
     """Replay a day on the cluster through the real policy core (default: 24 h on bundled Irina)."""
     if compare and no_reclaim:

@@ -1,0 +1,109 @@
+"""The docs match the program: every option of every command is in docs/cli.md, every key of a
+real report is in docs/report.md, and the reference pages' examples run as written."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kalena.agent.declaration import read_declaration
+from kalena.agent.runtime import parse_submission
+from kalena.cli.main import app
+from kalena.data import irina_paths
+from kalena.ir import load_cluster
+from kalena.sim import SimConfig, Simulation, build_report
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+CLI = (DOCS / "cli.md").read_text(encoding="utf-8")
+
+
+def _commands(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if hasattr(cmd, "commands"):  # a group (typer's click, vendored or not)
+        out = []
+        for name, sub in cmd.commands.items():
+            out.extend(_commands(sub, (*path, name)))
+        return out
+    return [(path, cmd)]
+
+
+COMMANDS = _commands(typer.main.get_command(app))
+
+
+def _section(title: str) -> str:
+    """The text under the heading that names ``title``, up to the next heading."""
+    m = re.search(rf"^#+ `{re.escape(title)}\b[^\n]*\n", CLI, flags=re.M)
+    assert m is not None, f"no heading for {title!r} in docs/cli.md"
+    rest = CLI[m.end() :]
+    nxt = re.search(r"^#+ ", rest, flags=re.M)
+    return m.group(0) + (rest[: nxt.start()] if nxt else rest)
+
+
+@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
+def test_every_option_of_every_command_is_in_its_section_of_the_cli_reference(path, cmd):
+    section = _section(f"kalena {' '.join(path)}")
+    for param in cmd.params:
+        if getattr(param, "param_type_name", "") == "option" and param.name != "help":
+            spelled = [o for o in param.opts if o.startswith("--")]
+            assert any(o in section for o in spelled), (path, spelled)
+
+
+def test_every_command_group_documents_its_exit_codes():
+    for heading in (
+        "kalena ir validate",
+        "kalena ir convert",
+        "kalena agent",
+        "kalena simulate",
+        "kalena deployable",
+    ):
+        section = CLI[CLI.index(f"## `{heading}") :]
+        nxt = section.find("\n## ", 3)
+        assert "| exit | meaning |" in section[: nxt if nxt > 0 else None], heading
+
+
+def test_every_key_of_a_real_report_is_in_the_report_reference():
+    sim = Simulation(load_cluster(*irina_paths()), SimConfig(hours=0.05))
+    sim.run()
+    report = build_report(sim)
+    doc = (DOCS / "report.md").read_text(encoding="utf-8")
+    for key, value in report.items():
+        assert f"`{key}`" in doc, key
+        if isinstance(value, dict) and key not in (
+            "batch_task_states_at_end",
+            "evictions",
+            "reservation_accuracy",
+        ):
+            for sub in value:
+                if key not in ("completion_time_inflation", "batch_throttled_seconds"):
+                    assert f"`{sub}`" in doc, (key, sub)
+
+
+def _blocks(page: str, lang: str) -> list[str]:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+def test_the_ir_reference_example_is_a_valid_set(tmp_path):
+    files = []
+    for block in _blocks("ir-v1.md", "yaml"):
+        name = block.splitlines()[0].removeprefix("# ").strip()
+        (tmp_path / name).write_text(block)
+        files.append(str(tmp_path / name))
+    assert len(files) == 3
+    r = CliRunner().invoke(app, ["ir", "validate", *files])
+    assert r.exit_code == 0, r.output
+    assert "valid: blueprint cross-checked against infra and workloads" in r.output
+
+
+def test_the_declaration_reference_examples_are_valid():
+    (decl,) = _blocks("declaration.md", "yaml")
+    d = read_declaration(decl, "declaration.md")
+    assert d.node.name == "node-a" and [a.spec.id for a in d.production] == ["prod/web"]
+    (job,) = _blocks("declaration.md", "json")
+    sub = parse_submission(json.loads(job), "declaration.md")
+    assert sub.name == "train-1" and sub.requests["cpu"] == 0.5
