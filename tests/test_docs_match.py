@@ -107,3 +107,15 @@ def test_the_declaration_reference_examples_are_valid():
     (job,) = _blocks("declaration.md", "json")
     sub = parse_submission(json.loads(job), "declaration.md")
     assert sub.name == "train-1" and sub.requests["cpu"] == 0.5
+
+
+def test_the_worked_deployability_example_prints_what_the_page_shows(monkeypatch):
+    text = (DOCS / "deployability.md").read_text(encoding="utf-8")
+    m = re.search(r"```\n\$ kalena (deployable .*?)\n(deployable:.*?)\n\.\.\.\n```", text, flags=re.S)
+    assert m is not None
+    args = m.group(1).replace("\\\n", " ").split()
+    monkeypatch.chdir(DOCS.parent)  # the page says: run from the repository root
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    shown = m.group(2).splitlines()
+    assert r.output.splitlines()[: len(shown)] == shown

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agent_testlib import remove_tree
 from typer.testing import CliRunner
 
 from kalena.agent.layout import CgroupTree, LayoutError, detect
@@ -99,8 +100,10 @@ def test_detect_names_the_layout():
     assert r.exit_code == 0 and r.output.startswith("mode=") and "psi:" in r.output
 
 
-@pytest.mark.slow
-def test_run_starts_and_stops_cleanly(tmp_path):
+@pytest.fixture
+def scratch_root():
+    """A fresh name for Kalena's root cgroup on this host's real hierarchies, removed (with anything
+    left running in it) afterwards; skips where cgroups cannot be made."""
     if os.geteuid() != 0:
         pytest.skip("kalena agent run needs root (euid 0) to create its cgroups")
     try:
@@ -108,8 +111,15 @@ def test_run_starts_and_stops_cleanly(tmp_path):
     except (OSError, LayoutError) as e:
         pytest.skip(f"no cgroup hierarchy on this host: {e}")
     root = f"kalena-cli-{uuid.uuid4().hex[:8]}"
-    state_dir = tmp_path / "state"
     tree = CgroupTree(lay, root)
+    yield lay, root, tree
+    remove_tree(tree)
+
+
+@pytest.mark.slow
+def test_run_starts_and_stops_cleanly(tmp_path, scratch_root):
+    lay, root, tree = scratch_root
+    state_dir = tmp_path / "state"
     proc = subprocess.Popen(
         [sys.executable, "-m", "kalena.cli.agent", "run", "--declaration", str(write(tmp_path, GOOD)),
          "--state-dir", str(state_dir), "--cgroup-root", root],
@@ -129,27 +139,14 @@ def test_run_starts_and_stops_cleanly(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-        for h in lay.hierarchies:
-            d = tree.dir(h, "")
-            if d.exists():
-                for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-                    sub.rmdir()
-                d.rmdir()
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.mark.slow
-def test_purge_stops_the_batch_runs_a_stopped_agent_left_and_removes_its_cgroups(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("kalena agent run needs root (euid 0) to create its cgroups")
-    try:
-        lay = detect()
-    except (OSError, LayoutError) as e:
-        pytest.skip(f"no cgroup hierarchy on this host: {e}")
-    root = f"kalena-purge-{uuid.uuid4().hex[:8]}"
+def test_purge_stops_the_batch_runs_a_stopped_agent_left_and_removes_its_cgroups(tmp_path, scratch_root):
+    lay, root, tree = scratch_root
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    tree = CgroupTree(lay, root)
     decl = write(tmp_path, {**GOOD, "workloads": []})
     cli = [sys.executable, "-m", "kalena.cli.main", "agent"]
     sub = subprocess.run(
@@ -188,12 +185,3 @@ def test_purge_stops_the_batch_runs_a_stopped_agent_left_and_removes_its_cgroups
     finally:
         if proc.poll() is None:
             proc.kill()
-        for h in lay.hierarchies:
-            d = tree.dir(h, "")
-            if d.exists():
-                for p in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-                    for pid in (p / "cgroup.procs").read_text().split():
-                        os.kill(int(pid), signal.SIGKILL)
-                    time.sleep(0.1)
-                    p.rmdir()
-                d.rmdir()

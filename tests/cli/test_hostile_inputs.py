@@ -83,10 +83,10 @@ def test_a_hostile_file_is_one_clear_error(reader, path, tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
-def test_an_endless_device_is_refused_by_size(tmp_path):
-    r = run_cli(["ir", "validate", "/dev/zero"], tmp_path)
+@pytest.mark.parametrize("reader", list(COMMANDS))
+def test_an_endless_device_is_refused_by_size(tmp_path, reader):
+    r = run_cli([*COMMANDS[reader], "/dev/zero"], tmp_path)
+    assert r.returncode == 2, r.stderr
     assert (
-        r.returncode == 2
-        and r.stderr.strip()
-        == "/dev/zero: <document>: file is larger than 64 MiB, the limit for one input file"
+        r.stderr.strip() == "/dev/zero: <document>: file is larger than 64 MiB, the limit for one input file"
     )

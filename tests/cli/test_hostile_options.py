@@ -150,3 +150,52 @@ def test_ir_validate_on_kubernetes_manifests_points_to_the_verifier(tmp_path):
         f"{manifest}: <document>: a Kubernetes object, not a Kuberina IR document: "
         "`kalena deployable --cluster FILE` reads those"
     )
+
+
+NO_CPU_INFRA = """apiVersion: kuberina.io/v1
+kind: Infrastructure
+nodes:
+  - {name: a, allocatable: {cpu: 4, ram: 16}}
+  - {name: b, allocatable: {ram: 16}}
+"""
+ONE_POD = (
+    "apiVersion: kuberina.io/v1\nkind: Workloads\nnamespaces:\n  x:\n    - {name: web, requests: {cpu: 1}}\n"
+)
+ITS_PLAN = "apiVersion: kuberina.io/v1\nkind: Blueprint\nmetadata: {feasible: true}\nsolution: {x/web-0: a}\n"
+
+
+def test_a_node_without_cpu_is_noted_by_validate_and_refused_by_simulate(tmp_path):
+    for name, text in (("i.yaml", NO_CPU_INFRA), ("w.yaml", ONE_POD), ("b.yaml", ITS_PLAN)):
+        (tmp_path / name).write_text(text)
+    r, _ = kalena(["ir", "validate", "i.yaml", "w.yaml", "b.yaml"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (
+        "note: i.yaml: nodes[1] (b) gives no cpu in its allocatable: unconstrained there (IR v1)" in r.stdout
+    )
+    r, took = kalena(
+        ["simulate", "--infra", "i.yaml", "--workloads", "w.yaml", "--blueprint", "b.yaml"], tmp_path
+    )
+    assert r.returncode == 2 and took < QUICK_S
+    assert r.stderr.startswith("i.yaml: nodes[1].allocatable.cpu: the simulator needs a finite cpu capacity")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.yaml", "i.yaml", "w.yaml"]
+
+
+@pytest.mark.parametrize("corrupt", ['{"version": 2, "node": ', "[" * 100_000], ids=["truncated", "deep"])
+def test_a_corrupt_state_file_is_one_error_and_is_kept_as_it_is(tmp_path, corrupt):
+    from kalena.agent.layout import LayoutError, detect
+
+    try:
+        detect()
+    except (OSError, LayoutError) as e:
+        pytest.skip(f"no cgroup hierarchy on this host: {e}")
+    (tmp_path / "node.yaml").write_text(DECLARATION)
+    (tmp_path / "st").mkdir()
+    (tmp_path / "st" / "state.json").write_text(corrupt)
+    r, _ = kalena(
+        ["agent", "run", "--declaration", "node.yaml", "--state-dir", "st", "--duration", "1"], tmp_path
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("st/state.json: unreadable state file: ") and "move it away" in r.stderr
+    assert (tmp_path / "st" / "state.json").read_text() == corrupt
+    r, _ = kalena(["agent", "status", "--state-dir", "st"], tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("st/state.json: unreadable state file: ")

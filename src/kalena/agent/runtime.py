@@ -38,7 +38,8 @@ from kalena.agent.state import JobRecord, write_atomic
 from kalena.agent.writer import CgroupWriter
 from kalena.core.quantity import QuantityError, parse_quantity
 from kalena.core.resources import DIMS
-from kalena.ir.errors import DOCUMENT, MISSING, Problem, key_path
+from kalena.ir.errors import MISSING, Problem, ProblemLog, key_path
+from kalena.ir.yamlio import parse_json, read_text
 
 _Q = StrictInt | StrictFloat | StrictStr
 
@@ -145,6 +146,10 @@ def submit(inbox: Path, sub: Submission) -> Path:
     return path
 
 
+#: The largest job file read from the inbox: a command line and a few quantities need far less.
+MAX_JOB_BYTES = 1 << 20
+
+
 def read_inbox(inbox: Path) -> tuple[list[tuple[Path, Submission]], list[Problem]]:
     """Every valid submission waiting (oldest first) and the problems of the invalid ones.
 
@@ -159,13 +164,17 @@ def read_inbox(inbox: Path) -> tuple[list[tuple[Path, Submission]], list[Problem
         (p for p in inbox.glob("*.json") if p.is_file()), key=lambda p: (p.stat().st_mtime, p.name)
     )
     for p in files:
+        log = ProblemLog(str(p))
+        text = read_text(p, log, max_bytes=MAX_JOB_BYTES)
+        parsed, data = parse_json(text, log) if text is not None else (False, None)
+        if not parsed:
+            problems.extend(log.problems)
+            _reject(p)
+            continue
         try:
-            ok.append((p, parse_submission(json.loads(p.read_text()), str(p))))
+            ok.append((p, parse_submission(data, str(p))))
         except SubmissionError as e:
             problems.extend(e.problems)
-            _reject(p)
-        except (OSError, json.JSONDecodeError) as e:
-            problems.append(Problem(str(p), DOCUMENT, f"not readable JSON: {e}"))
             _reject(p)
     return ok, problems
 

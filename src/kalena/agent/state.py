@@ -330,7 +330,10 @@ class StateStore:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
-        state = AgentState.from_json(_unfinite(json.loads(raw)), now)
+        try:
+            state = AgentState.from_json(_unfinite(json.loads(raw)), now)
+        except RecursionError:
+            raise ValueError("nested too deeply to be a state file") from None
         self._last = raw
         return state
 

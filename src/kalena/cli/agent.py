@@ -159,7 +159,13 @@ def run(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     end = time.monotonic() + duration if duration > 0 else None
-    agent.start()
+    try:
+        agent.start()
+    except ValueError as e:  # a corrupt state file: never guessed at, never overwritten
+        raise _fail(
+            [f"{state_dir / 'state.json'}: unreadable state file: {e}; move it away to start afresh"],
+            EXIT_BAD_INPUT,
+        ) from None
     typer.echo(f"kalena agent: node {decl.node.name}, {agent.tree.layout.describe()}", err=True)
     for line in agent.sources.report()["psi"]:
         warn = "warning: " if "fallback" in line else ""

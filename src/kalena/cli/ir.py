@@ -20,7 +20,7 @@ from kalena.core.cluster import Cluster
 from kalena.core.resources import DIMS
 from kalena.data import irina_paths
 from kalena.ir.build import DocumentSet, check_set
-from kalena.ir.checks import soft_notes
+from kalena.ir.checks import soft_notes, unconstrained_notes
 from kalena.ir.convert import to_v1
 from kalena.ir.document import BlueprintDoc, Document, InfraDoc, WorkloadsDoc
 from kalena.ir.errors import DOCUMENT, IRError, Problem
@@ -136,6 +136,8 @@ def validate(
     con.print(table)
     if cluster is not None:
         con.print(_cluster_table(cluster, placed=docset.complete))
+    for line in unconstrained_notes(docset.infra) if docset.infra is not None else []:
+        con.print(f"note: {escape(docset.infra.file)}: {escape(line)}")  # type: ignore[union-attr]
     checked = [k for k, d in (("infra", docset.infra), ("workloads", docset.workloads)) if d is not None]
     if docset.blueprint is not None and checked:
         con.print(f"[green]valid[/green]: blueprint cross-checked against {' and '.join(checked)}")

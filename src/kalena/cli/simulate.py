@@ -20,6 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -27,6 +28,7 @@ from rich.table import Table
 
 from kalena.core.cluster import Cluster
 from kalena.core.config import ESTIMATORS, PolicyConfig
+from kalena.core.resources import CPU, DIMS, NDIM, RAM
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 from kalena.sim import SimConfig, Simulation, build_report, compare_reports
@@ -114,9 +116,21 @@ def _cluster(infra: Path | None, workloads: Path | None, blueprint: Path | None)
     if len(given) != 3:
         raise _fail(["simulate needs all three IR documents: --infra, --workloads and --blueprint"])
     try:
-        return load_cluster(infra, workloads, blueprint)  # type: ignore[arg-type]
+        cluster = load_cluster(infra, workloads, blueprint)  # type: ignore[arg-type]
     except IRError as e:
         raise _fail([p.render() for p in e.problems]) from None
+    # IR v1 reads an omitted dimension of a node's allocatable as unconstrained; a node with no
+    # cpu or ram bound would take any amount of batch, and a run on it would mean nothing
+    alloc = np.array([n.allocatable.array() for n in cluster.nodes]).reshape(-1, NDIM)
+    bad = [
+        f"{infra}: nodes[{i}].allocatable.{DIMS[d]}: the simulator needs a finite {DIMS[d]} capacity on "
+        f"every node (omitted, IR v1 reads it as unconstrained) (value: {cluster.nodes[i].name!r})"
+        for d in (CPU, RAM)
+        for i in np.flatnonzero(~np.isfinite(alloc[:, d])).tolist()
+    ]
+    if bad:
+        raise _fail(bad)
+    return cluster
 
 
 def _run(cluster: Cluster, config: SimConfig, label: str, show: bool) -> Simulation:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from kalena.core.cluster import Cluster, Group, LedgerBreach
 from kalena.core.model import NodeSpec, WorkloadSpec, selector_matches, tolerates_all
 from kalena.ir.document import BlueprintDoc, DeclDoc, InfraDoc, WorkloadsDoc
-from kalena.ir.errors import Problem, ProblemLog
+from kalena.ir.errors import Problem, ProblemLog, key_path
 
 
 def pod_name_index(workloads: WorkloadsDoc) -> dict[str, list[str]]:
@@ -124,6 +124,20 @@ def check_groups(
                         f"node {node_name} does not match the nodeSelector of group {g.name}",
                         node_name,
                     )
+
+
+def unconstrained_notes(infra: InfraDoc) -> list[str]:
+    """Nodes whose allocatable omits cpu or ram: valid IR v1 (unconstrained there), but rarely
+    meant, and the simulator refuses them; one line per node naming what is missing."""
+    out = []
+    for n in infra.nodes:
+        missing = [d for d in ("cpu", "ram") if d not in n.allocatable]
+        if missing:
+            out.append(
+                f"{key_path(n.loc)} ({n.name}) gives no {' and no '.join(missing)} in its allocatable: "
+                "unconstrained there (IR v1)"
+            )
+    return out
 
 
 def soft_notes(cluster: Cluster) -> list[str]:
