@@ -119,3 +119,12 @@ def test_the_worked_deployability_example_prints_what_the_page_shows(monkeypatch
     assert r.exit_code == 0, r.output
     shown = m.group(2).splitlines()
     assert r.output.splitlines()[: len(shown)] == shown
+
+
+@pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
+def test_a_flag_shows_no_value_type_in_help(path, cmd):
+    r = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    # typer's own --help flag still shows one; every flag of Kalena's takes no value and says none
+    shown = [line for line in r.output.splitlines() if "<bool>" in line and "--help" not in line]
+    assert shown == [], shown
