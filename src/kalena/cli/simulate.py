@@ -32,6 +32,7 @@ from kalena.core.resources import CPU, DIMS, NDIM, RAM
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 from kalena.sim import SimConfig, Simulation, build_report, compare_reports
+from kalena.sim.report import OUTPUT_FILES, REPORT_FILE
 
 EXIT_INVARIANT = 1
 EXIT_BAD_INPUT = 2
@@ -51,9 +52,6 @@ def _fail(lines: list[str]) -> typer.Exit:
 #: The longest run accepted: one leap year. A day takes about 300 MiB and two minutes here; far
 #: longer runs are a typo (``--hours 1e12`` would grow until the machine is out of memory).
 MAX_HOURS = 8784.0
-
-#: Every file a run writes; a later run into the same folder replaces them or removes them.
-OUTPUTS = ("report.json", "slack_cluster.png", "slack_node.png", "reservation_cdf.png")
 
 
 def _hours(value: float) -> float:
@@ -89,7 +87,7 @@ def _write_outputs(out: Path, report: dict[str, Any], sim: Simulation | None) ->
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".kalena-run-", dir=out))
     try:
-        (staging / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        (staging / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
         if sim is not None:
             from kalena.sim.plots import write_plots  # matplotlib loads only when plots are wanted
 
@@ -97,7 +95,7 @@ def _write_outputs(out: Path, report: dict[str, Any], sim: Simulation | None) ->
         names = sorted(p.name for p in staging.iterdir())
         for name in names:
             os.replace(staging / name, out / name)
-        for name in OUTPUTS:
+        for name in OUTPUT_FILES:  # an earlier run's, not written by this one
             if name not in names:
                 (out / name).unlink(missing_ok=True)
     except BaseException:

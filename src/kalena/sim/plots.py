@@ -24,6 +24,7 @@ import numpy as np
 
 from kalena.core.resources import CPU
 from kalena.sim.engine import Simulation
+from kalena.sim.report import ACCURACY_PLOT, SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT
 
 COLOURS = {"capacity": "#222222", "requests": "#d62728", "reservations": "#1f77b4", "usage": "#2ca02c"}
 
@@ -72,7 +73,7 @@ def slack_plots(sim: Simulation, out: Path) -> list[Path]:
     _slack_axes(ax, hours, c[:, 0], c[:, 1], c[:, 2], c[:, 3], c[:, 4])
     ax.set_title(f"Cluster cpu, {sim.ledger.n_nodes} nodes ({arm}): the slack view (Borg Fig. 12)")
     fig.tight_layout()
-    paths.append(out / "slack_cluster.png")
+    paths.append(out / SLACK_CLUSTER_PLOT)
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
@@ -84,7 +85,7 @@ def slack_plots(sim: Simulation, out: Path) -> list[Path]:
         f"Node {sim.ledger.nodes[n].name} cpu ({arm}): median requests-to-reservations gap among active nodes"
     )
     fig.tight_layout()
-    paths.append(out / "slack_node.png")
+    paths.append(out / SLACK_NODE_PLOT)
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
     return paths
@@ -115,7 +116,7 @@ def accuracy_plot(sim: Simulation, out: Path) -> Path | None:
         f"every {sim.cfg.accuracy_every_s:g} s past startup grace"
     )
     fig.tight_layout()
-    path = out / "reservation_cdf.png"
+    path = out / ACCURACY_PLOT
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
