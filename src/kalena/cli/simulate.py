@@ -13,9 +13,7 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -31,6 +29,7 @@ from kalena.core.config import ESTIMATORS, PolicyConfig
 from kalena.core.resources import CPU, DIMS, NDIM, RAM
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
+from kalena.ir.write import write_files_atomic
 from kalena.sim import SimConfig, Simulation, build_report, compare_reports
 from kalena.sim.report import OUTPUT_FILES, REPORT_FILE
 
@@ -77,34 +76,23 @@ def _check_out(out: Path) -> str | None:
 
 
 def _write_outputs(out: Path, report: dict[str, Any], sim: Simulation | None) -> list[Path]:
-    """report.json and the plots (``sim`` None: no plots), into ``out``: all of them or none.
+    """report.json and the plots (``sim`` None: no plots), into ``out``: all of them or none, and
+    the outputs of an earlier run that this one did not write (plots after ``--no-plots``) removed,
+    so the folder always holds one run's complete output (``write_files_atomic``)."""
+    files: dict[Path, str | bytes] = {out / REPORT_FILE: json.dumps(report, indent=2) + "\n"}
+    if sim is not None:
+        from kalena.sim.plots import render_plots  # matplotlib loads only when plots are wanted
 
-    Everything is written into a staging folder inside ``out`` first; only then are the files
-    renamed into place and the outputs of an earlier run that this one did not write (plots
-    after ``--no-plots``) removed, so the folder always holds one run's complete output.
-    """
+        files.update({out / name: png for name, png in render_plots(sim).items()})
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".kalena-run-", dir=out))
     try:
-        (staging / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
-        if sim is not None:
-            from kalena.sim.plots import write_plots  # matplotlib loads only when plots are wanted
-
-            write_plots(sim, staging)
-        names = sorted(p.name for p in staging.iterdir())
-        for name in names:
-            os.replace(staging / name, out / name)
-        for name in OUTPUT_FILES:  # an earlier run's, not written by this one
-            if name not in names:
-                (out / name).unlink(missing_ok=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
+        write_files_atomic(files, remove=[out / name for name in OUTPUT_FILES])
+    except OSError:
+        if created and not any(out.iterdir()):
+            out.rmdir()
         raise
-    staging.rmdir()
-    return [out / n for n in names]
+    return list(files)
 
 
 def _cluster(infra: Path | None, workloads: Path | None, blueprint: Path | None) -> Cluster:

@@ -13,7 +13,7 @@ reservations is the median among active nodes (ties: lowest index).
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 import matplotlib
 
@@ -62,20 +62,25 @@ def _slack_axes(ax, hours, capacity, requests, reservations, usage, production=N
     ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
 
 
-def slack_plots(sim: Simulation, out: Path) -> list[Path]:
+def _png(fig) -> bytes:  # type: ignore[no-untyped-def]
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def slack_plots(sim: Simulation) -> dict[str, bytes]:
     m = sim.metrics
     k = m.samples
     hours = m.t[:k] / 3600.0
     arm = "reclamation on" if sim.cfg.reclaim else "reclamation off"
-    paths = []
+    out: dict[str, bytes] = {}
     fig, ax = plt.subplots(figsize=(10, 5))
     c = m.cluster[:k]
     _slack_axes(ax, hours, c[:, 0], c[:, 1], c[:, 2], c[:, 3], c[:, 4])
     ax.set_title(f"Cluster cpu, {sim.ledger.n_nodes} nodes ({arm}): the slack view (Borg Fig. 12)")
     fig.tight_layout()
-    paths.append(out / SLACK_CLUSTER_PLOT)
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    out[SLACK_CLUSTER_PLOT] = _png(fig)
 
     n = representative_node(sim)
     fig, ax = plt.subplots(figsize=(10, 5))
@@ -85,13 +90,11 @@ def slack_plots(sim: Simulation, out: Path) -> list[Path]:
         f"Node {sim.ledger.nodes[n].name} cpu ({arm}): median requests-to-reservations gap among active nodes"
     )
     fig.tight_layout()
-    paths.append(out / SLACK_NODE_PLOT)
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
+    out[SLACK_NODE_PLOT] = _png(fig)
+    return out
 
 
-def accuracy_plot(sim: Simulation, out: Path) -> Path | None:
+def accuracy_plot(sim: Simulation) -> bytes | None:
     acc = sim.metrics.accuracy_arrays()
     if not len(acc["cpu_reservation"]):
         return None
@@ -116,14 +119,13 @@ def accuracy_plot(sim: Simulation, out: Path) -> Path | None:
         f"every {sim.cfg.accuracy_every_s:g} s past startup grace"
     )
     fig.tight_layout()
-    path = out / ACCURACY_PLOT
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _png(fig)
 
 
-def write_plots(sim: Simulation, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = slack_plots(sim, out)
-    acc = accuracy_plot(sim, out)
-    return paths + ([acc] if acc is not None else [])
+def render_plots(sim: Simulation) -> dict[str, bytes]:
+    """Every plot of the run as PNG bytes, by file name (the caller writes them, all or none)."""
+    out = slack_plots(sim)
+    acc = accuracy_plot(sim)
+    if acc is not None:
+        out[ACCURACY_PLOT] = acc
+    return out
