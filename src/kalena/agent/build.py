@@ -19,13 +19,33 @@ from kalena.agent.cadvisor import CadvisorClient, CadvisorTelemetry
 from kalena.agent.cgroupfs import FsCgroupReader
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import Declaration
-from kalena.agent.layout import CgroupLayout, CgroupTree, default_root, detect
-from kalena.agent.loop import Agent
+from kalena.agent.layout import BATCH_PARENT, CgroupLayout, CgroupTree, default_root, detect
+from kalena.agent.loop import Agent, scope_of
 from kalena.agent.notify import Notifier
 from kalena.agent.runtime import ProcessRuntime
 from kalena.agent.state import StateStore
 from kalena.agent.telemetry import CgroupfsTelemetry, TelemetrySource
 from kalena.agent.writer import CgroupWriter, ManagedScope, WriteRecord
+
+
+def cgroup_tree(cgroup_root: str = "auto", layout: CgroupLayout | None = None) -> CgroupTree:
+    """Kalena's cgroup tree on this host (``layout`` detected unless given); ``"auto"`` is
+    :func:`~kalena.agent.layout.default_root` for the layout."""
+    layout = layout or detect()
+    return CgroupTree(layout, default_root(layout) if cgroup_root == "auto" else cgroup_root)
+
+
+def purge_host(declaration: Declaration, cgroup_root: str = "auto") -> tuple[CgroupTree, bool]:
+    """Undo an agent's runs on this host: SIGKILL every batch run, remove the batch cgroups, then
+    Kalena's root where nothing else lives under it. Production and DaemonSet cgroups are outside
+    what it may touch (the declaration's scope). Returns the tree and whether every batch process
+    was gone within the writer's bound."""
+    tree = cgroup_tree(cgroup_root)
+    writer = CgroupWriter(tree, scope_of(declaration))
+    if not writer.purge(BATCH_PARENT, "agent purge"):
+        return tree, False
+    writer.remove_if_empty("", "agent purge")
+    return tree, True
 
 
 def build_agent(
@@ -46,8 +66,7 @@ def build_agent(
     ``cgroup_root="auto"`` is :func:`~kalena.agent.layout.default_root` for the layout.
     """
     config = config or AgentConfig()
-    layout = layout or detect()
-    tree = CgroupTree(layout, default_root(layout) if cgroup_root == "auto" else cgroup_root)
+    tree = cgroup_tree(cgroup_root, layout)
     state_dir.mkdir(parents=True, exist_ok=True)
     log = ActionLog(state_dir / "actions.jsonl")
 

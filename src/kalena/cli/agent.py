@@ -19,23 +19,20 @@ from typing import Annotated
 
 import typer
 
-from kalena.agent.build import build_agent
+from kalena.agent.build import build_agent, purge_host
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import DeclarationError, load_declaration
 from kalena.agent.layout import (
     BATCH_PARENT,
     BadCgroupName,
-    CgroupTree,
     LayoutError,
     check_name,
-    default_root,
     detect,
 )
-from kalena.agent.loop import StepReport, scope_of
+from kalena.agent.loop import StepReport
 from kalena.agent.psi import PsiTrigger, PsiUnavailable, TriggerSpec
 from kalena.agent.runtime import SubmissionError, parse_submission, submit
 from kalena.agent.state import StateStore
-from kalena.agent.writer import CgroupWriter
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import TERMINAL
@@ -65,6 +62,14 @@ def _option_problem(e: ValueError) -> str:
     if isinstance(e, ConfigError) and (e.owner, e.key) in OPTION_OF:
         return f"{OPTION_OF[e.owner, e.key]}: must be {e.rule} (value: {e.value!r})"
     return str(e)
+
+
+def _check_cgroup_root(cgroup_root: str) -> None:
+    if cgroup_root != "auto":
+        try:
+            check_name(cgroup_root)
+        except BadCgroupName as e:
+            raise _fail([f"--cgroup-root: {e} (value: {cgroup_root!r})"], EXIT_BAD_INPUT) from None
 
 
 def _fail(lines: list[str], code: int) -> typer.Exit:
@@ -117,11 +122,7 @@ def run(
         raise _fail(
             [f"--duration: must be a finite number of seconds >= 0 (value: {duration!r})"], EXIT_BAD_INPUT
         )
-    if cgroup_root != "auto":
-        try:
-            check_name(cgroup_root)
-        except BadCgroupName as e:
-            raise _fail([f"--cgroup-root: {e} (value: {cgroup_root!r})"], EXIT_BAD_INPUT) from None
+    _check_cgroup_root(cgroup_root)
     if state_dir.exists() and not state_dir.is_dir():
         raise _fail([f"--state-dir: must be a folder, and {state_dir} is a file"], EXIT_BAD_INPUT)
     try:
@@ -266,21 +267,14 @@ def purge(
         decl = load_declaration(declaration)
     except DeclarationError as e:
         raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
-    if cgroup_root != "auto":
-        try:
-            check_name(cgroup_root)
-        except BadCgroupName as e:
-            raise _fail([f"--cgroup-root: {e} (value: {cgroup_root!r})"], EXIT_BAD_INPUT) from None
+    _check_cgroup_root(cgroup_root)
     try:
-        layout = detect()
-        tree = CgroupTree(layout, default_root(layout) if cgroup_root == "auto" else cgroup_root)
-        writer = CgroupWriter(tree, scope_of(decl))
-        if not writer.purge(BATCH_PARENT, "agent purge"):
-            raise _fail([f"{tree.root}/{BATCH_PARENT}: batch processes still running after 10 s"], EXIT_HOST)
-        writer.remove_if_empty("", "agent purge")
+        tree, done = purge_host(decl, cgroup_root)
     except (LayoutError, OSError) as e:
         raise _fail([f"cannot purge on this host: {e}"], EXIT_HOST) from None
-    left = [str(tree.dir(h, "")) for h in layout.hierarchies if tree.dir(h, "").is_dir()]
+    if not done:
+        raise _fail([f"{tree.root}/{BATCH_PARENT}: batch processes still running after 10 s"], EXIT_HOST)
+    left = [str(tree.dir(h, "")) for h in tree.layout.hierarchies if tree.dir(h, "").is_dir()]
     typer.echo(f"batch runs stopped and removed under {tree.root}/{BATCH_PARENT}")
     for d in left:
         kept = sorted(p.name for p in Path(d).iterdir() if p.is_dir())
