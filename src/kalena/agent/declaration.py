@@ -51,7 +51,7 @@ from kalena.core.quantity import QuantityError, parse_quantity
 from kalena.core.resources import DIMS, Resources
 from kalena.core.tolerance import REL_TOL
 from kalena.ir.errors import DOCUMENT, Problem, ProblemLog, key_path
-from kalena.ir.schema_v1 import problems_from
+from kalena.ir.schema_v1 import NULL_QUANTITY, problems_from
 from kalena.ir.yamlio import parse_yaml, read_text
 
 API_VERSION = "kalena.naughtian.io/v1alpha1"
@@ -63,7 +63,7 @@ def _quantity_input(value: Any) -> Any:
     """A number or a quantity string; anything else is refused here with one message, not three
     (one per member of the union)."""
     if value is None:
-        raise ValueError("null is not a quantity: write a number or leave the key out")
+        raise ValueError(NULL_QUANTITY)
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("expected a number or a quantity string")
     return value

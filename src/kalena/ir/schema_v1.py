@@ -81,6 +81,10 @@ class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
 
 
+#: What a reader says of ``null`` where a quantity belongs (IR documents, the node declaration).
+NULL_QUANTITY = "null is not a quantity: write a number or leave the key out"
+
+
 class Quantities(Closed):
     """A block of quantities: a key may be left out, but a key written as ``null`` is an error
     (else it would read as "not written": an unbounded node, a zero request)."""
@@ -89,7 +93,7 @@ class Quantities(Closed):
     @classmethod
     def _no_null(cls, value: Any) -> Any:
         if value is None:
-            raise ValueError("null is not a quantity: write a number or leave the key out")
+            raise ValueError(NULL_QUANTITY)
         return value
 
 
