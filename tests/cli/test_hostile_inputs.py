@@ -10,13 +10,11 @@ beyond any bound, ``null`` quantities, replica counts, misspelled fields, wrong 
 
 from __future__ import annotations
 
-import os
-import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_testlib import run_kalena
 
 CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "hostile"
 #: A hang shows as a timeout; a healthy answer takes about 1.5 s here (most of it imports).
@@ -30,21 +28,8 @@ COMMANDS = {
 }
 
 
-def _limit() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-
-
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", COLUMNS="200")
-    return subprocess.run(
-        [sys.executable, "-m", "kalena.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        preexec_fn=_limit,
-        env=env,
-        cwd=cwd,
-    )
+    return run_kalena(args, cwd, timeout=TIMEOUT_S, memory_bytes=MEMORY_BYTES)
 
 
 def _cases() -> list[tuple[str, Path]]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_testlib import run_kalena
 
 from kalena.data import irina_paths
 
@@ -22,9 +22,7 @@ QUICK_S = 60
 
 def kalena(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
     t = time.monotonic()
-    r = subprocess.run(
-        [sys.executable, "-m", "kalena.cli.main", *args], capture_output=True, text=True, cwd=cwd, timeout=600
-    )
+    r = run_kalena(args, cwd, timeout=600)
     return r, time.monotonic() - t
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_testlib import run_kalena
 from typer.testing import CliRunner
 
 from kalena.cli.main import app
@@ -36,15 +35,7 @@ V1B = "apiVersion: kuberina.io/v1\nkind: Blueprint\n"
 
 
 def kalena(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "kalena.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=900,
-    )
+    return run_kalena(list(args), cwd, timeout=900)
 
 
 def check_invariants(report: dict) -> None:
