@@ -35,6 +35,7 @@ from kalena.agent.writer import CgroupWriter, ManagedScope
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import IllegalTransition, TaskState, TransitionReason
+from kalena.core.placement import ContextKeeper
 from kalena.core.resources import DIMS
 from kalena.ir.errors import Problem
 
@@ -736,3 +737,29 @@ def test_a_run_the_kernel_oom_killed_is_requeued_as_the_simulator_does(harness):
     assert _walk(h, "killed")[-1] == ("failed", "exit-error")
     assert [r["workload"] for r in h.log("oom-killed")] == ["batch/oomed.1"]
     assert h.agent.state.jobs["oomed"].run >= 1  # requeued: its next run is a new workload id
+
+
+def test_the_cooldown_is_saved_with_the_eviction_record_before_the_signal(harness):
+    """A SIGKILL of the agent right after it signals a victim must not lose the victim's cooldown:
+    the restarted agent completes the eviction from the state file and must not admit the job again."""
+    h = harness()
+    h.agent.start()
+    h.submit("low", 1, ram_mib=200)
+    h.submit("high", 5, ram_mib=200)
+    h.step()
+    saved_at_signal = []
+    writer = h.agent.evictor.writer
+    signal_ = writer.signal
+
+    def signal_and_look(*args, **kwargs):  # what a crash at this instant leaves on disk
+        saved_at_signal.append(StateStore(h.state_dir / "state.json").load())
+        return signal_(*args, **kwargs)
+
+    writer.signal = signal_and_look
+    h.telemetry.usage.update({"batch/low.1": {"ram": 0.15}, "batch/high.1": {"ram": 0.15}})
+    h.telemetry.usage["prod/web"] = {"ram": 0.6}
+    assert h.step().evicted == ("batch/low.1",)
+    (saved,) = saved_at_signal
+    assert [e.workload for e in saved.in_flight()] == ["batch/low.1"]
+    keeper = ContextKeeper.from_json(saved.placement_context)
+    assert keeper.cooldowns[("batch/low", 0)] == pytest.approx(saved.in_flight()[0].requeue_until)

@@ -60,8 +60,14 @@ class Evictor:
         job_of: Mapping[str, str],
         context: Mapping[str, Any],
         now: float,
+        on_record: Callable[[EvictionRecord, Victim], None] | None = None,
     ) -> list[tuple[EvictionRecord, Victim]]:
-        """Record, log and signal ``victims`` (skipping any already in flight); returns what started."""
+        """Record, log and signal ``victims`` (skipping any already in flight); returns what started.
+
+        ``on_record`` sees each started record before the write-ahead save, so what the caller
+        keeps of an eviction (the cooldown, the harmful-pairing history) is saved with the record
+        itself: a crash after the signal can never restart a run the cooldown should have held back.
+        """
         started: list[tuple[EvictionRecord, Victim]] = []
         for v in victims:
             if self.busy(v.workload) or v.workload not in cgroup_of:
@@ -87,6 +93,9 @@ class Evictor:
             started.append((rec, v))
         if not started:
             return started
+        if on_record is not None:
+            for rec, v in started:
+                on_record(rec, v)
         self.store.save(self.state)  # write-ahead: the record exists before any signal
         for rec, v in started:
             self._log(rec, why_evicted(v), context)

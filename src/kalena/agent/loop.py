@@ -411,15 +411,17 @@ class Agent:
     ) -> tuple[str, ...]:
         assert self.ledger is not None
         job_of = {wid: j.name for wid, j in self.batch.running().items()}
-        started = self.evictor.start(victims, self.cgroup_of(), job_of, context, now)
-        if not started:
-            return ()
-        for _, v in started:
+
+        def kept(_rec: EvictionRecord, v: Victim) -> None:  # saved with the eviction record
             if v.tier is Tier.BATCH:  # the harmful-pairing history (and the cooldown) in the keeper
                 until = None if v.requeue is None else v.requeue.cooldown_until
                 self.batch.evicted_from_node(v.equivalence_key, now, until)
             else:  # its owner restarts it at once (r = R): the estimator's startup grace runs from now
                 self.state.first_seen[v.workload] = now
+
+        started = self.evictor.start(victims, self.cgroup_of(), job_of, context, now, on_record=kept)
+        if not started:
+            return ()
         for res in self.ledger.apply_all(
             eviction_commitments(
                 [v for _, v in started], self.ledger.node_index[self.declaration.node.name], epoch
