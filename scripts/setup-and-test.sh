@@ -11,14 +11,29 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 2
 fi
 
-# System packages: SPIN, the model checker the deployability tests and benchmark compare against.
-if ! command -v spin >/dev/null 2>&1; then
+# System packages: SPIN (the model checker the deployability tests and benchmark compare against),
+# a Docker engine (the Docker runtime's tests run real containers) and a statically linked busybox
+# (the root file system of the test image, since no registry is needed or reachable).
+static_busybox() {
+  for b in /bin/busybox /usr/bin/busybox; do
+    if [ -x "$b" ] && ! ldd "$b" >/dev/null 2>&1; then return 0; fi
+  done
+  return 1
+}
+missing=()
+command -v spin >/dev/null 2>&1 || missing+=(spin)
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+static_busybox || missing+=(busybox-static)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq spin >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "note: SPIN is not installed and cannot be installed here (needs root and apt-get);" \
-      "its peer tests will be skipped" >&2
+    echo "note: ${missing[*]} not installed and cannot be installed here (needs root and apt-get);" \
+      "the tests that need them will be skipped" >&2
   fi
+fi
+if [ "$(id -u)" = 0 ]; then
+  scripts/start-dockerd.sh
 fi
 
 # Python packages, in a project-local virtual environment ('bench' brings the Fast Downward peer).

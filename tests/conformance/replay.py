@@ -315,6 +315,15 @@ class MemoryRuntime:
     def cleanup(self, cgroup: str, reason: str) -> None:
         return None
 
+    def terminate(self, job: JobRecord, reason: str) -> None:
+        return None  # an in-memory run has no process: it is gone once evicted
+
+    def kill(self, job: JobRecord, reason: str) -> None:
+        return None
+
+    def oom_killed(self, job: JobRecord) -> bool | None:
+        return None
+
 
 class RecordedTelemetry:
     """The observation port: the recording's usage as cumulative counters (cpu ns, bytes)."""

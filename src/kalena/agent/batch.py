@@ -51,7 +51,8 @@ from kalena.agent.actionlog import ActionLog, reason_json
 from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.config import AgentConfig
 from kalena.agent.layout import BATCH_PARENT
-from kalena.agent.runtime import ProcessRuntime, read_inbox, take
+from kalena.agent.ports import Runtime
+from kalena.agent.runtime import read_inbox, take
 from kalena.agent.state import LIVE, AgentState, EvictionRecord, JobRecord, StateStore
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite
 from kalena.core.enforcement import EvictionCause, start_quota
@@ -86,7 +87,7 @@ class BatchRuns:
         log: ActionLog,
         writer: CgroupWriter,
         reader: CgroupReader,
-        runtime: ProcessRuntime,
+        runtime: Runtime,
         config: AgentConfig,
         inbox: Path | None,
         rng: np.random.Generator | None = None,
@@ -224,7 +225,9 @@ class BatchRuns:
         self.log.append(
             "evict", now, sync=True, id=rec.id, workload=rec.workload, cause=rec.cause, reasons=reasons_json
         )
-        self.writer.kill(job.cgroup, f"{rec.id}: {job.workload_id} no longer fits the node")
+        why = f"{rec.id}: {job.workload_id} no longer fits the node"
+        self.runtime.kill(job, why)
+        self.writer.kill(job.cgroup, why)  # whatever is left in the run's cgroup
 
     # -- completion -----------------------------------------------------------------------------
     def reap(self, ledger: Ledger, now: float) -> tuple[str, ...]:
@@ -265,6 +268,9 @@ class BatchRuns:
     def _oom_killed(self, job: JobRecord) -> bool:
         """The kernel's OOM killer ended a process of the run (v2 ``memory.events`` or v1
         ``memory.oom_control`` count an ``oom_kill``; kernels without the counter never say so)."""
+        said = self.runtime.oom_killed(job)
+        if said is not None:
+            return said
         events = None if job.cgroup is None else self.reader.memory_events(job.cgroup)
         return bool(events) and events.get("oom_kill", 0) > 0
 

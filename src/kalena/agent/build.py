@@ -22,6 +22,7 @@ from kalena.agent.declaration import Declaration
 from kalena.agent.layout import BATCH_PARENT, CgroupLayout, CgroupTree, default_root, detect
 from kalena.agent.loop import Agent, scope_of
 from kalena.agent.notify import Notifier
+from kalena.agent.ports import DeclarationSource, Runtime
 from kalena.agent.runtime import ProcessRuntime
 from kalena.agent.state import StateStore
 from kalena.agent.telemetry import CgroupfsTelemetry, TelemetrySource
@@ -48,6 +49,20 @@ def purge_host(declaration: Declaration, cgroup_root: str = "auto") -> tuple[Cgr
     return tree, True
 
 
+#: Makes the agent's writer: ``(tree, audit, clock) -> writer`` (a shell's own writer, such as the
+#: Docker runtime's, which sends production caps through the Engine API).
+Audit = Callable[[WriteRecord], None]
+WriterFactory = Callable[[CgroupTree, Audit | None, Callable[[], float]], CgroupWriter]
+#: Makes the agent's runtime: ``(writer, reader, log, state_dir) -> runtime``.
+RuntimeFactory = Callable[[CgroupWriter, FsCgroupReader, ActionLog, Path], Runtime]
+
+
+def _process_runtime(
+    writer: CgroupWriter, reader: FsCgroupReader, _log: ActionLog, state_dir: Path
+) -> Runtime:
+    return ProcessRuntime(writer, reader, state_dir / "jobs")
+
+
 def build_agent(
     declaration: Declaration,
     state_dir: Path,
@@ -60,13 +75,20 @@ def build_agent(
     clock: Callable[[], float] = time.time,
     declaration_path: Path | None = None,
     audit_writes: bool = True,
+    tree: CgroupTree | None = None,
+    writer: WriterFactory | None = None,
+    runtime: RuntimeFactory = _process_runtime,
+    declarations: DeclarationSource | None = None,
+    node_memory: Callable[[], tuple[float | None, float | None]] | None = None,
 ) -> Agent:
     """An agent for this host (``layout`` detected unless given) keeping its files in ``state_dir``.
 
-    ``cgroup_root="auto"`` is :func:`~kalena.agent.layout.default_root` for the layout.
+    ``cgroup_root="auto"`` is :func:`~kalena.agent.layout.default_root` for the layout. A shell
+    other than the process runtime passes its own ``tree``, ``writer``, ``runtime``,
+    ``declarations`` and ``node_memory`` (the Docker runtime: :mod:`kalena.docker.agent`).
     """
     config = config or AgentConfig()
-    tree = cgroup_tree(cgroup_root, layout)
+    tree = tree or cgroup_tree(cgroup_root, layout)
     state_dir.mkdir(parents=True, exist_ok=True)
     log = ActionLog(state_dir / "actions.jsonl")
 
@@ -74,7 +96,12 @@ def build_agent(
         log.append("write", rec.time, **{k: v for k, v in rec.to_json().items() if k != "time"})
 
     reader = FsCgroupReader(tree)
-    writer = CgroupWriter(tree, ManagedScope(), clock=clock, audit=audit if audit_writes else None)
+    audit_fn = audit if audit_writes else None
+    made = (
+        writer(tree, audit_fn, clock)
+        if writer is not None
+        else CgroupWriter(tree, ManagedScope(), clock=clock, audit=audit_fn)
+    )
     telemetry: TelemetrySource
     if cadvisor_url:
         home = tree.layout.home("memory") or tree.layout.hierarchies[0]
@@ -88,13 +115,15 @@ def build_agent(
         config,
         tree=tree,
         reader=reader,
-        writer=writer,
+        writer=made,
         telemetry=telemetry,
         notifier=Notifier(clock),
         store=StateStore(state_dir / "state.json"),
         log=log,
-        runtime=ProcessRuntime(writer, reader, state_dir / "jobs"),
+        runtime=runtime(made, reader, log, state_dir),
         inbox=state_dir / "inbox",
         clock=clock,
         declaration_path=declaration_path,
+        declarations=declarations,
+        node_memory=node_memory,
     )

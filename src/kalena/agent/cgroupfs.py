@@ -67,6 +67,28 @@ def read_text(path: Path | str) -> str | None:
         os.close(fd)
 
 
+def subtree_procs(directory: Path | str) -> list[int] | None:
+    """The processes of a cgroup and of every cgroup below it (``None``: no such cgroup).
+
+    A workload's processes may sit in a child cgroup: a Docker batch run's container is a child
+    of the run's Kalena cgroup, where the knobs are written."""
+    top = read_text(f"{directory}/cgroup.procs")
+    if top is None:
+        return None
+    pids = [int(p) for p in top.split()]
+    stack = [str(directory)]
+    while stack:
+        d = stack.pop()
+        try:
+            children = [e.path for e in os.scandir(d) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        for c in children:
+            pids.extend(int(p) for p in (read_text(f"{c}/cgroup.procs") or "").split())
+            stack.append(c)
+    return pids
+
+
 def flat_value(text: str, key: str) -> int | None:
     """The value of ``key`` in a flat-keyed file without parsing the rest (memory.stat is long)."""
     start = 0
@@ -277,11 +299,9 @@ class FsCgroupReader:
         return None
 
     def procs(self, name: str) -> tuple[int, ...]:
+        """The cgroup's processes, its descendants' included."""
         h = self.procs_hierarchy(name)
-        text = None if h is None else self._file(h, name, "cgroup.procs")
-        if not text:
-            return ()
-        return tuple(int(p) for p in text.split())
+        return () if h is None else tuple(subtree_procs(self._dir(h, name)) or ())
 
     def exists(self, name: str) -> bool:
         return any(self.tree.dir(h, name).is_dir() for h in self.tree.layout.hierarchies)

@@ -113,6 +113,7 @@ class Adopted:
 
     spec: WorkloadSpec
     cgroup: str
+    started_at: float | None = None  # when its runtime started it (epoch s), if the runtime says
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ For each victim, in plan order:
    added, and the state file saved: write-ahead, before anything is signalled;
 2. the ``evict`` line (the core's "why evicted", the whole plan's victim order, the trigger)
    is appended to the action log and fsynced, then the record is marked ``logged``;
-3. SIGTERM to every process of the cgroup, or SIGKILL at once when the grace is 0 (acute).
+3. SIGTERM, or SIGKILL at once when the grace is 0 (acute): a batch run through its runtime
+   (the process runtime signals its cgroup, the Docker runtime asks the Engine API, as
+   ``docker stop`` does), a production workload to the processes recorded in step 1.
 
 Each round, :meth:`Evictor.progress` marks records whose cgroup emptied as done (the job moves
 to EVICTED: ``exited`` if no SIGKILL was sent, ``grace-expired`` if it was, at the deadline or
@@ -22,12 +24,15 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kalena.agent.actionlog import ActionLog, why_evicted
 from kalena.agent.cgroupfs import CgroupReader
-from kalena.agent.state import AgentState, EvictionRecord, StateStore
+from kalena.agent.state import AgentState, EvictionRecord, JobRecord, StateStore
 from kalena.agent.writer import CgroupWriter
+
+if TYPE_CHECKING:
+    from kalena.agent.ports import Runtime
 from kalena.core.enforcement import Victim
 from kalena.core.lifecycle import TaskState, TransitionReason, eviction_reason
 
@@ -41,7 +46,9 @@ class Evictor:
         store: StateStore,
         log: ActionLog,
         max_history: int = 1000,
+        runtime: Runtime | None = None,
     ) -> None:
+        self.runtime = runtime  # None: batch runs are signalled through their cgroup
         self.writer = writer
         self.reader = reader
         self.state = state
@@ -103,17 +110,32 @@ class Evictor:
         for rec, v in started:
             reason = f"evict {rec.id}: {v.cause.value} on {v.dimension}"
             if v.grace_period_s <= 0 and rec.tier == "batch":
-                self.writer.kill(rec.cgroup, reason + " (acute: no grace)")
+                self._kill_batch(rec, reason + " (acute: no grace)")
                 rec.status = "killed"
             elif v.grace_period_s <= 0:
                 self.writer.signal(rec.cgroup, signal.SIGKILL, reason + " (acute: no grace)", only=rec.pids)
                 rec.status = "killed"
             else:
-                self.writer.signal(
-                    rec.cgroup, signal.SIGTERM, reason + f" (SIGKILL in {v.grace_period_s:g} s)"
-                )
+                why = reason + f" (SIGKILL in {v.grace_period_s:g} s)"
+                job = self._run_of(rec)
+                if job is not None and self.runtime is not None:
+                    self.runtime.terminate(job, why)
+                else:
+                    self.writer.signal(rec.cgroup, signal.SIGTERM, why)
         self.store.save(self.state)
         return started
+
+    def _run_of(self, rec: EvictionRecord) -> JobRecord | None:
+        """The job whose current run ``rec`` evicts (``None``: not a job of this agent's, or the
+        job moved on to a later run)."""
+        job = None if rec.job is None else self.state.jobs.get(rec.job)
+        return job if job is not None and job.workload_id == rec.workload else None
+
+    def _kill_batch(self, rec: EvictionRecord, why: str) -> None:
+        job = self._run_of(rec)
+        if job is not None and self.runtime is not None:
+            self.runtime.kill(job, why)
+        self.writer.kill(rec.cgroup, why)  # whatever is left in the run's cgroup, either way
 
     def _log(self, rec: EvictionRecord, why: Mapping[str, Any] | None, context: Mapping[str, Any]) -> None:
         self.log.append(
@@ -164,7 +186,7 @@ class Evictor:
             elif rec.status == "terminating" and now >= rec.deadline:
                 why = f"evict {rec.id}: grace period over"
                 if rec.tier == "batch":
-                    self.writer.kill(rec.cgroup, why)
+                    self._kill_batch(rec, why)
                 else:
                     self.writer.signal(rec.cgroup, signal.SIGKILL, why, only=rec.pids)
                 rec.status = "killed"
@@ -177,8 +199,8 @@ class Evictor:
 
     def _job_evicted(self, rec: EvictionRecord, now: float) -> None:
         """The evicted run's job goes EVICTED (its current run only: a job's older runs are gone)."""
-        job = None if rec.job is None else self.state.jobs.get(rec.job)
-        if job is None or job.workload_id != rec.workload:
+        job = self._run_of(rec)
+        if job is None:
             return
         killed = rec.status == "killed"  # SIGKILLed at its deadline, or at once (no grace)
         reason = TransitionReason.GRACE_EXPIRED if killed else TransitionReason.EXITED

@@ -124,6 +124,7 @@ class Agent:
         monotonic: Callable[[], float] = time.perf_counter,
         declaration_path: Path | None = None,
         declarations: DeclarationSource | None = None,
+        node_memory: Callable[[], tuple[float | None, float | None]] | None = None,
     ) -> None:
         self.config = config
         self.tree, self.reader, self.writer = tree, reader, writer
@@ -135,11 +136,13 @@ class Agent:
                 FixedDeclaration() if declaration_path is None else FileDeclarations(declaration_path)
             )
         self.declarations = declarations
+        # (used, kill level) bytes of the node; None: Kalena's root cgroup and its memory limit
+        self.node_memory = node_memory
         self.meter = UsageMeter(config.policy.round.starvation_window_s)
         self.estimator = DecayEstimator(config.policy.decay)
         self.sources = EventSources(notifier, tree, writer, log, config, clock)
         self.state = AgentState(declaration.node.name)
-        self.evictor = Evictor(writer, reader, self.state, store, log, config.max_history)
+        self.evictor = Evictor(writer, reader, self.state, store, log, config.max_history, runtime)
         self.batch = BatchRuns(self.state, store, log, writer, reader, runtime, config, inbox)
         self.monotonic = monotonic
         self.round_state = RoundState.initial(1)
@@ -225,6 +228,9 @@ class Agent:
         """(Re)build the ledger from ``decl`` and the running batch, and (re)arm the sources."""
         self.declaration = decl
         self.writer.scope = scope_of(decl)
+        for a in decl.production:
+            if a.started_at is not None:  # started then (its runtime says): the startup grace runs from then
+                self.state.first_seen[a.spec.id] = a.started_at
         node = decl.node
         prod = [a.spec for a in decl.production]
         ledger = Ledger.from_blueprint([node], [decl.capacity()], prod, {w.id: node.name for w in prod})
@@ -379,9 +385,12 @@ class Agent:
         used = np.full((1, NDIM), np.nan)
         level = np.full((1, NDIM), np.nan)
         level[0, RAM] = np.inf
-        r = self.reader.read("")
-        u = r.working_set if r.working_set is not None else r.memory_usage
-        limit = self.declaration.memory_limit or r.memory_limit
+        if self.node_memory is not None:
+            u, limit = self.node_memory()
+        else:
+            r = self.reader.read("")
+            u = r.working_set if r.working_set is not None else r.memory_usage
+            limit = self.declaration.memory_limit or r.memory_limit
         if u is not None:
             used[0, RAM] = u / GIB
         if limit is not None and math.isfinite(limit) and limit > 0:

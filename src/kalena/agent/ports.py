@@ -4,8 +4,9 @@ The agent (:mod:`.loop`) observes the node, asks the core and carries the decisi
 through these. A Kubernetes DaemonSet agent, a Docker daemon or a test supplies its own
 implementations; the loop does not change.
 
-* :class:`Runtime`: start a batch run, tell whether it finished, forget and clean it up;
-  :class:`~.runtime.ProcessRuntime` (processes in their own cgroups).
+* :class:`Runtime`: start a batch run, tell whether it finished, stop or kill it (an eviction),
+  forget and clean it up; :class:`~.runtime.ProcessRuntime` (processes in their own cgroups),
+  :class:`kalena.docker.runtime.DockerRuntime` (containers through the Engine API).
 * :class:`Enforcer`: apply knobs, create and remove cgroups, signal and kill, one record per
   write; :class:`~.writer.CgroupWriter` (one cached, ordered, audited writer).
 * :data:`ObservationSource`: usage counters of the residents (cpu time, memory, I/O, throttled
@@ -47,6 +48,19 @@ class Runtime(Protocol):
 
     def cleanup(self, cgroup: str, reason: str) -> None:
         """Remove what the run left behind."""
+        ...
+
+    def terminate(self, job: JobRecord, reason: str) -> None:
+        """Ask the job's current run to stop (SIGTERM, or the runtime's stop signal)."""
+        ...
+
+    def kill(self, job: JobRecord, reason: str) -> None:
+        """End the job's current run now (SIGKILL to all of it)."""
+        ...
+
+    def oom_killed(self, job: JobRecord) -> bool | None:
+        """Whether the kernel's OOM killer ended the run (``None``: the runtime cannot tell; the
+        agent reads the run's cgroup)."""
         ...
 
 

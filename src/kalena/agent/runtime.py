@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ class _Submission(BaseModel):
     priority: StrictInt = Field(default=0, ge=0)
     slack_memory: StrictBool = False
     grace_s: StrictFloat | StrictInt | None = Field(default=None, ge=0)
+    image: StrictStr | None = Field(default=None, min_length=1, max_length=512)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +67,11 @@ class Submission:
     priority: int
     slack_memory: bool = False
     grace_s: float | None = None
+    image: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "image": self.image,
             "name": self.name,
             "command": list(self.command),
             "requests": self.requests,
@@ -87,6 +91,7 @@ class Submission:
             now,
             self.slack_memory,
             self.grace_s,
+            image=self.image,
         )
 
 
@@ -123,7 +128,9 @@ def parse_submission(data: Any, file: str) -> Submission:
     if probs:
         raise SubmissionError(probs)
     grace = None if doc.grace_s is None else float(doc.grace_s)
-    return Submission(doc.name, tuple(doc.command), req, lim, doc.priority, doc.slack_memory, grace)
+    return Submission(
+        doc.name, tuple(doc.command), req, lim, doc.priority, doc.slack_memory, grace, doc.image
+    )
 
 
 class SubmissionError(ValueError):
@@ -203,6 +210,8 @@ class ProcessRuntime:
     def start(self, job: JobRecord, reason: str) -> int:
         """Create the run's cgroup and start its command inside it; returns the pid."""
         assert job.cgroup is not None and job.workload_id is not None
+        if job.image is not None:
+            raise ValueError(f"the process runtime runs commands, not images (image: {job.image!r})")
         self.writer.create(job.cgroup, reason)
         files = self.writer.procs_files(job.cgroup)
 
@@ -258,3 +267,15 @@ class ProcessRuntime:
     def cleanup(self, cgroup: str, reason: str) -> None:
         if self.reader.exists(cgroup):
             self.writer.remove(cgroup, reason)
+
+    def terminate(self, job: JobRecord, reason: str) -> None:
+        """SIGTERM to every process of the run's cgroup."""
+        assert job.cgroup is not None
+        self.writer.signal(job.cgroup, signal.SIGTERM, reason)
+
+    def kill(self, job: JobRecord, reason: str) -> None:
+        assert job.cgroup is not None
+        self.writer.kill(job.cgroup, reason)
+
+    def oom_killed(self, job: JobRecord) -> bool | None:
+        return None  # the run's cgroup counts it (BatchRuns reads it)

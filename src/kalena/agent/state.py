@@ -84,6 +84,7 @@ class JobRecord:
     exit_code: int | None = None
     why_pending: str | None = None  # the core's WhyPending.message ("0/1 nodes are available: ...")
     why_pending_codes: list[str] | None = None  # its stable ReasonCode values, in filter order
+    image: str | None = None  # the container image (the Docker runtime; the process runtime has none)
 
 
 @dataclass

@@ -42,7 +42,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kalena.agent.cgroupfs import read_text
+from kalena.agent.cgroupfs import read_text, subtree_procs
 from kalena.agent.layout import CgroupTree, Hierarchy, check_name
 from kalena.agent.parsers import ParseError, parse_cpu_max, parse_limit_bytes, parse_single_int
 from kalena.core.enforcement import weight_to_shares
@@ -428,9 +428,9 @@ class CgroupWriter:
         for h in (self.tree.layout.v2, self.tree.layout.home("memory"), *self.tree.layout.hierarchies):
             if h is None:
                 continue
-            text = read_text(self.tree.dir(h, name) / "cgroup.procs")
-            if text is not None:
-                return [int(p) for p in text.split()]
+            pids = subtree_procs(self.tree.dir(h, name))
+            if pids is not None:
+                return pids
         return []
 
     def signal(

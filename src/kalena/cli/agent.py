@@ -37,6 +37,9 @@ from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import TERMINAL
 from kalena.core.validate import ConfigError
+from kalena.docker.agent import DOCKER_ROOT, build_docker_agent
+from kalena.docker.cgroups import DriverError
+from kalena.docker.engine import DEFAULT_ENDPOINT, EngineError, TlsFiles
 
 app = typer.Typer(help="The Linux node agent: cgroups, PSI, throttling and eviction.", no_args_is_help=True)
 
@@ -72,6 +75,16 @@ def _check_cgroup_root(cgroup_root: str) -> None:
             raise _fail([f"--cgroup-root: {e} (value: {cgroup_root!r})"], EXIT_BAD_INPUT) from None
 
 
+def _tls_files(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles | None:
+    given = [x is not None for x in (ca, cert, key)]
+    if not any(given):
+        return None
+    if not all(given):
+        raise _fail(["--tls-ca, --tls-cert, --tls-key: give all three or none"], EXIT_BAD_INPUT)
+    assert ca is not None and cert is not None and key is not None
+    return TlsFiles(ca, cert, key)
+
+
 def _fail(lines: list[str], code: int) -> typer.Exit:
     for line in lines:
         typer.echo(line, err=True)
@@ -80,14 +93,29 @@ def _fail(lines: list[str], code: int) -> typer.Exit:
 
 @app.command()
 def run(
-    declaration: Annotated[Path, typer.Option("--declaration", help="The node declaration (YAML).")],
     state_dir: StateDir,
-    runtime: Annotated[str, typer.Option("--runtime", help="Workload runtime: process.")] = "process",
+    declaration: Annotated[
+        Path | None,
+        typer.Option(
+            "--declaration",
+            help="The node declaration (YAML); with --runtime docker optional: the node's name and capacity.",
+        ),
+    ] = None,
+    runtime: Annotated[
+        str, typer.Option("--runtime", help="Workload runtime: process or docker.")
+    ] = "process",
+    docker_host: Annotated[
+        str, typer.Option("--docker-host", envvar="DOCKER_HOST", help="The engine (unix://, tcp://, ssh://).")
+    ] = DEFAULT_ENDPOINT,
+    tls_ca: Annotated[Path | None, typer.Option("--tls-ca", help="CA of a tcp:// engine's TLS.")] = None,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="Client certificate.")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="Client key.")] = None,
     cgroup_root: Annotated[
         str,
         typer.Option(
             "--cgroup-root",
-            help="Kalena's root cgroup (relative: under the agent's own); auto: /kalena on v2, else kalena.",
+            help="Kalena's root cgroup (relative: under the agent's own); auto: /kalena on v2 and with "
+            "--runtime docker, else kalena.",
         ),
     ] = "auto",
     telemetry: Annotated[str, typer.Option("--telemetry", help="cgroupfs or cadvisor.")] = "cgroupfs",
@@ -112,10 +140,11 @@ def run(
     ] = False,
 ) -> None:
     """Run the agent on this host until SIGTERM or SIGINT."""
-    if runtime != "process":
-        raise _fail(
-            [f"--runtime: only 'process' exists in this release (value: {runtime!r})"], EXIT_BAD_INPUT
-        )
+    if runtime not in ("process", "docker"):
+        raise _fail([f"--runtime: must be process or docker (value: {runtime!r})"], EXIT_BAD_INPUT)
+    if declaration is None and runtime == "process":
+        raise _fail(["--declaration: the process runtime needs the node declaration"], EXIT_BAD_INPUT)
+    tls = _tls_files(tls_ca, tls_cert, tls_key)
     if telemetry not in ("cgroupfs", "cadvisor"):
         raise _fail([f"--telemetry: must be cgroupfs or cadvisor (value: {telemetry!r})"], EXIT_BAD_INPUT)
     if not (math.isfinite(duration) and duration >= 0):
@@ -126,7 +155,7 @@ def run(
     if state_dir.exists() and not state_dir.is_dir():
         raise _fail([f"--state-dir: must be a folder, and {state_dir} is a file"], EXIT_BAD_INPUT)
     try:
-        decl = load_declaration(declaration)
+        decl = None if declaration is None else load_declaration(declaration)
         policy = PolicyConfig(
             eviction=EvictionConfig(
                 min_run_time_s=min_run_time, grace_period_s=grace_period, acute_grace_period_s=0.0
@@ -141,15 +170,32 @@ def run(
     except ValueError as e:
         raise _fail([_option_problem(e)], EXIT_BAD_INPUT) from None
     try:
-        agent = build_agent(
-            decl,
-            state_dir,
-            config=config,
-            cgroup_root=cgroup_root,
-            cadvisor_url=cadvisor_url if telemetry == "cadvisor" else None,
-            cadvisor_api=cadvisor_api,
-            declaration_path=declaration,
-        )
+        if runtime == "docker":
+            if telemetry != "cgroupfs":
+                raise _fail(["--telemetry: the docker runtime reads cgroupfs"], EXIT_BAD_INPUT)
+            agent = build_docker_agent(
+                state_dir,
+                endpoint=docker_host,
+                tls=tls,
+                base=decl,
+                config=config,
+                cgroup_root=DOCKER_ROOT if cgroup_root == "auto" else cgroup_root,
+            )
+        else:
+            assert decl is not None
+            agent = build_agent(
+                decl,
+                state_dir,
+                config=config,
+                cgroup_root=cgroup_root,
+                cadvisor_url=cadvisor_url if telemetry == "cadvisor" else None,
+                cadvisor_api=cadvisor_api,
+                declaration_path=declaration,
+            )
+    except DeclarationError as e:
+        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+    except (EngineError, DriverError) as e:
+        raise _fail([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
     except (LayoutError, OSError) as e:
         raise _fail([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
     stop = {"now": False}
@@ -167,7 +213,7 @@ def run(
             [f"{state_dir / 'state.json'}: unreadable state file: {e}; move it away to start afresh"],
             EXIT_BAD_INPUT,
         ) from None
-    typer.echo(f"kalena agent: node {decl.node.name}, {agent.tree.layout.describe()}", err=True)
+    typer.echo(f"kalena agent: node {agent.declaration.node.name}, {agent.tree.layout.describe()}", err=True)
     for line in agent.sources.report()["psi"]:
         warn = "warning: " if "fallback" in line else ""
         typer.echo(f"  {warn}psi {line}", err=True)
@@ -199,6 +245,9 @@ def submit_cmd(
     slack_memory: Annotated[
         bool, typer.Option("--slack-memory", metavar="", help="May grow past its memory request.")
     ] = False,
+    image: Annotated[
+        str | None, typer.Option("--image", help="Run the command in this image (--runtime docker).")
+    ] = None,
 ) -> None:
     """Queue a batch command on this node's agent (it runs in its own cgroup when it fits)."""
 
@@ -218,6 +267,7 @@ def submit_cmd(
         "requests": pairs(request, "request"),
         "limits": pairs(limit, "limit") if limit else None,
         "slack_memory": slack_memory,
+        "image": image,
     }
     if not state_dir.is_dir():
         raise _fail(

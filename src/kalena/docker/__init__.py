@@ -1,0 +1,7 @@
+"""Kalena on plain Docker hosts (and, later, Swarm): the node agent's Docker ports.
+
+``labels`` (containers -> workloads), ``engine`` (the Engine API through the Docker SDK),
+``cgroups`` (a container's cgroup; where batch containers go), ``declarations`` (the node's
+declaration from its running containers), ``runtime`` (batch runs as containers), ``enforcer``
+(production caps through ``docker update``), ``agent`` (the wiring).
+"""

@@ -1,0 +1,117 @@
+"""Wiring the node agent for a Docker host (``kalena agent run --runtime docker``).
+
+The agent is the same :class:`~kalena.agent.loop.Agent` as on any Linux host, with the Docker
+implementations of its ports: the declaration from the engine's containers
+(:class:`~kalena.docker.declarations.DockerDeclarations`), batch runs as containers
+(:class:`~kalena.docker.runtime.DockerRuntime`), the writer that caps production through the
+Engine API (:class:`~kalena.docker.enforcer.DockerEnforcer`), and the host's memory (production
+containers live outside Kalena's root cgroup, so the root's working set is not the node's).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from kalena.agent.actionlog import ActionLog
+from kalena.agent.build import build_agent, cgroup_tree
+from kalena.agent.cgroupfs import FsCgroupReader
+from kalena.agent.config import AgentConfig
+from kalena.agent.declaration import Declaration
+from kalena.agent.layout import CgroupLayout, CgroupTree
+from kalena.agent.loop import Agent
+from kalena.agent.writer import CgroupWriter, ManagedScope, WriteRecord
+from kalena.docker.cgroups import check_driver
+from kalena.docker.declarations import DockerDeclarations
+from kalena.docker.enforcer import DockerEnforcer
+from kalena.docker.engine import DEFAULT_ENDPOINT, Engine, EventWatch, TlsFiles, connect
+from kalena.docker.runtime import DockerRuntime
+
+#: Kalena's root on a Docker host: absolute, since ``--cgroup-parent`` is one path for every hierarchy.
+DOCKER_ROOT = "/kalena"
+
+
+def host_memory(proc: Path = Path("/proc")) -> tuple[float | None, float | None]:
+    """(used, total) bytes of the host: ``MemTotal - MemAvailable`` and ``MemTotal`` (meminfo kB)."""
+    try:
+        fields = {}
+        for line in (proc / "meminfo").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                fields[key] = float(parts[0]) * 1024
+    except (OSError, ValueError):
+        return None, None
+    total, avail = fields.get("MemTotal"), fields.get("MemAvailable")
+    if total is None or avail is None:
+        return None, total
+    return total - avail, total
+
+
+def build_docker_agent(
+    state_dir: Path,
+    *,
+    endpoint: str = DEFAULT_ENDPOINT,
+    tls: TlsFiles | None = None,
+    base: Declaration | None = None,
+    config: AgentConfig | None = None,
+    cgroup_root: str = DOCKER_ROOT,
+    layout: CgroupLayout | None = None,
+    clock: Callable[[], float] = time.time,
+    watch_events: bool = True,
+    relist_s: float = 30.0,
+) -> Agent:
+    """An agent for the Docker engine at ``endpoint`` on this host (raises ``EngineError``,
+    ``DriverError`` or ``DeclarationError`` with the reason; nothing is changed then)."""
+    engine = Engine(connect(endpoint, tls), endpoint)
+    tree = cgroup_tree(cgroup_root, layout)
+    check_driver(str(engine.info().get("CgroupDriver", "")), tree)
+    holder: dict[str, Agent] = {}
+    problems_log: list[tuple[str, ...]] = []
+
+    def capped() -> dict[str, float]:
+        agent = holder.get("agent")
+        return dict(agent.state.production_originals) if agent is not None else {}
+
+    decls = DockerDeclarations(
+        engine,
+        tree.layout,
+        base=base,
+        watch=EventWatch(engine) if watch_events else None,
+        capped=capped,
+        on_problems=problems_log.append,
+        relist_s=relist_s,
+    )
+    first = decls.build()  # raises: a first declaration that cannot apply starts nothing
+    decls.current = first
+
+    def make_writer(
+        t: CgroupTree, audit: Callable[[WriteRecord], None] | None, clk: Callable[[], float]
+    ) -> CgroupWriter:
+        w = DockerEnforcer(t, ManagedScope(), clock=clk, audit=audit, engine=engine)
+        w.containers_of = lambda: decls.containers
+        return w
+
+    def make_runtime(w: CgroupWriter, _r: FsCgroupReader, log: ActionLog, _dir: Path) -> DockerRuntime:
+        def report(problems: tuple[str, ...]) -> None:
+            log.append("label-problems", clock(), problems=list(problems))
+
+        decls.on_problems = report
+        for ps in problems_log:  # those of the first listing, before the log existed
+            report(ps)
+        return DockerRuntime(engine, w, tree, log)
+
+    agent = build_agent(
+        first,
+        state_dir,
+        config=config,
+        clock=clock,
+        tree=tree,
+        writer=make_writer,
+        runtime=make_runtime,
+        declarations=decls,
+        node_memory=host_memory,
+    )
+    holder["agent"] = agent
+    return agent

@@ -1,0 +1,225 @@
+"""One Docker Engine, through the Docker SDK: connect, list and inspect containers, follow events.
+
+An endpoint is what ``docker -H`` takes: ``unix:///var/run/docker.sock`` (the default),
+``tcp://HOST:2376`` (with TLS: a CA and a client certificate, as ``docker --tlsverify``) or
+``ssh://USER@HOST`` (the ``ssh`` client on this machine). Every failure to reach an engine is an
+:class:`EngineError` naming the endpoint and what went wrong, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import docker.tls
+
+import docker
+from kalena.docker.labels import ContainerFacts
+
+DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
+#: Engine API calls are local and small; a slow engine is reported, not waited on forever.
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class EngineError(RuntimeError):
+    """An engine could not be reached or refused a request (the message names the endpoint)."""
+
+    def __init__(self, endpoint: str, message: str) -> None:
+        self.endpoint = endpoint
+        super().__init__(f"docker engine {endpoint}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """``docker --tlsverify --tlscacert CA --tlscert CERT --tlskey KEY`` as files."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+def connect(
+    endpoint: str = DEFAULT_ENDPOINT, tls: TlsFiles | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> docker.DockerClient:
+    """A client for ``endpoint`` whose engine answered a ping (``EngineError`` otherwise)."""
+    if not endpoint.startswith(("unix://", "tcp://", "ssh://", "npipe://")):
+        raise EngineError(endpoint, "an endpoint is unix://PATH, tcp://HOST:PORT or ssh://USER@HOST")
+    if (
+        endpoint.startswith("tcp://")
+        and tls is None
+        and not endpoint.startswith(("tcp://127.", "tcp://[::1]"))
+    ):
+        raise EngineError(
+            endpoint, "a tcp:// endpoint off this machine needs TLS (--tls-ca, --tls-cert, --tls-key)"
+        )
+    tls_config: Any = False
+    if tls is not None:
+        for what, path in (("CA", tls.ca), ("certificate", tls.cert), ("key", tls.key)):
+            if not path.is_file():
+                raise EngineError(endpoint, f"TLS {what} file {path} does not exist")
+        tls_config = docker.tls.TLSConfig(client_cert=(str(tls.cert), str(tls.key)), ca_cert=str(tls.ca))
+    try:
+        client = docker.DockerClient(
+            base_url=endpoint,
+            tls=tls_config,
+            timeout=int(timeout_s),
+            use_ssh_client=endpoint.startswith("ssh://"),
+        )
+        client.ping()
+    except (docker.errors.DockerException, OSError) as e:
+        raise EngineError(endpoint, f"not reachable: {_reason(e)}") from None
+    return client
+
+
+class Engine:
+    """The calls Kalena makes on one engine (the low-level API: one request each)."""
+
+    def __init__(self, client: docker.DockerClient, endpoint: str = DEFAULT_ENDPOINT) -> None:
+        self.client = client
+        self.api = client.api
+        self.endpoint = endpoint
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except docker.errors.NotFound:
+            raise
+        except (docker.errors.DockerException, OSError) as e:
+            raise EngineError(self.endpoint, f"{what}: {_reason(e)}") from None
+
+    def info(self) -> dict[str, Any]:
+        return self._call("info", self.api.info)
+
+    def containers(self, all: bool = False) -> list[ContainerFacts]:
+        """Every (running, unless ``all``) container, inspected; one gone meanwhile is left out."""
+        listed = self._call("list containers", lambda: self.api.containers(all=all))
+        out = []
+        for c in listed:
+            facts = self.inspect(c["Id"])
+            if facts is not None:
+                out.append(facts)
+        return out
+
+    def inspect(self, ref: str) -> ContainerFacts | None:
+        """The container ``ref`` (id or name), ``None`` if there is none."""
+        try:
+            data = self._call(f"inspect {ref}", lambda: self.api.inspect_container(ref))
+        except docker.errors.NotFound:
+            return None
+        return ContainerFacts.from_inspect(data)
+
+    def has_image(self, image: str) -> bool:
+        try:
+            self._call(f"inspect image {image}", lambda: self.api.inspect_image(image))
+        except docker.errors.NotFound:
+            return False
+        return True
+
+    def create(self, name: str, image: str, command: list[str], labels: dict[str, str], **host: Any) -> str:
+        """Create (not start) a container; returns its id. ``host``: HostConfig keywords."""
+
+        def go() -> str:
+            hc = self.api.create_host_config(**host)
+            made = self.api.create_container(
+                image, command=command or None, name=name, labels=labels, host_config=hc
+            )
+            return str(made["Id"])
+
+        return self._call(f"create {name}", go)
+
+    def start(self, ref: str) -> None:
+        self._call(f"start {ref}", lambda: self.api.start(ref))
+
+    def kill(self, ref: str, sig: str) -> bool:
+        """Send ``sig``; ``False`` if the container is gone or not running (nothing to signal)."""
+        try:
+            self._call(f"kill {ref}", lambda: self.api.kill(ref, signal=sig))
+        except docker.errors.NotFound:
+            return False
+        except EngineError as e:
+            if "is not running" in str(e):
+                return False
+            raise
+        return True
+
+    def remove(self, ref: str) -> bool:
+        """Remove a container (forced); ``False`` if there was none."""
+        try:
+            self._call(f"remove {ref}", lambda: self.api.remove_container(ref, force=True))
+        except docker.errors.NotFound:
+            return False
+        return True
+
+    def update(self, ref: str, **resources: Any) -> None:
+        """``docker update``: ``cpu_quota``, ``cpu_period``, ``nano_cpus`` (as the API names them)."""
+        body: dict[str, Any] = {}
+        names = {"cpu_quota": "CpuQuota", "cpu_period": "CpuPeriod", "nano_cpus": "NanoCpus"}
+        for k, v in resources.items():
+            body[names[k]] = v
+
+        def go() -> None:
+            url = self.api._url("/containers/{0}/update", ref)
+            res = self.api._post_json(url, data=body)
+            self.api._raise_for_status(res)
+
+        self._call(f"update {ref}", go)
+
+    def events(self, stop: threading.Event) -> Iterator[dict[str, Any]]:
+        """Container events until ``stop`` is set (the stream is closed then)."""
+        stream = self._call("events", lambda: self.api.events(decode=True, filters={"type": "container"}))
+        try:
+            for ev in stream:
+                if stop.is_set():
+                    return
+                yield ev
+        finally:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+
+class EventWatch:
+    """A daemon thread following an engine's container events: :meth:`take` says whether any
+    arrived since the last call. A broken stream is reopened; until then every call says yes,
+    so the caller re-lists instead of trusting a stale view."""
+
+    def __init__(self, engine: Engine, reconnect_s: float = 1.0) -> None:
+        self.engine = engine
+        self.reconnect_s = reconnect_s
+        self._stop = threading.Event()
+        self._dirty = threading.Event()
+        self._dirty.set()  # nothing seen yet: list once
+        self._healthy = False
+        self._thread = threading.Thread(target=self._run, name="kalena-docker-events", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._healthy = True
+                for _ in self.engine.events(self._stop):
+                    self._dirty.set()
+            except (EngineError, docker.errors.DockerException, OSError, ValueError):
+                pass
+            self._healthy = False
+            self._dirty.set()
+            self._stop.wait(self.reconnect_s)
+
+    def take(self) -> bool:
+        if not self._healthy:
+            return True
+        was = self._dirty.is_set()
+        self._dirty.clear()
+        return was
+
+    def close(self) -> None:
+        self._stop.set()

@@ -1,0 +1,256 @@
+"""The node agent on a real Docker engine: discovery, production caps through ``docker update``, and
+the end-to-end scenario of issue 11 (batch in the slack of a production container, throttled when
+it needs its CPU back, stopped with SIGTERM before anything is OOM-killed when it grows, requeued
+and run again).
+
+The test drives the agent's rounds itself; every wait is a bound on a hung test, never an
+assertion about latency (``bench/bench_docker.py`` measures the reaction time).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kalena.agent.config import AgentConfig
+from kalena.agent.declaration import parse_declaration
+from kalena.agent.layout import detect
+from kalena.agent.runtime import Submission, submit
+from kalena.agent.writer import Knob, KnobWrite, ManagedScope
+from kalena.core.config import PolicyConfig
+from kalena.core.enforcement import EscalationConfig, EvictionConfig
+from kalena.core.estimators import DecayParams
+from kalena.core.lifecycle import TaskState, TransitionReason
+from kalena.docker.agent import build_docker_agent
+from kalena.docker.declarations import DockerDeclarations
+from kalena.docker.enforcer import DockerEnforcer
+from kalena.docker.engine import Engine
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+P = "kalena.naughtian.io/"
+MIB = 2**20
+
+
+def until(
+    check: Callable[[], bool], bound_s: float = 60.0, every: Callable[[], object] | None = None
+) -> bool:
+    end = time.monotonic() + bound_s
+    while time.monotonic() < end:
+        if every is not None:
+            every()
+        if check():
+            return True
+        time.sleep(0.25)
+    return check()
+
+
+def run_container(engine: Engine, image: str, name: str, cmd: str, labels=None, **host) -> str:
+    hc = engine.api.create_host_config(**host)
+    c = engine.api.create_container(
+        image, command=["sh", "-c", cmd], name=name, labels=labels or {}, host_config=hc
+    )
+    engine.api.start(c["Id"])
+    return c["Id"]
+
+
+def sh(engine: Engine, name: str, cmd: str, detach: bool = False) -> str:
+    ex = engine.api.exec_create(name, ["sh", "-c", cmd])
+    out = engine.api.exec_start(ex["Id"], detach=detach)
+    return "" if detach else out.decode(errors="replace")
+
+
+def quota_file(cgroup_dir: Path) -> int:
+    return int((cgroup_dir / "cpu.cfs_quota_us").read_text())
+
+
+def cpu_dir(cgroup: str) -> Path:
+    h = detect().home("cpu")
+    assert h is not None
+    return h.dir(cgroup)
+
+
+def test_running_containers_become_the_declaration(engine, image, tag, containers, cgroup_root):
+    name = f"web-{tag}"
+    containers.append(name)
+    cid = run_container(
+        engine,
+        image,
+        name,
+        "sleep 600",
+        {P + "priority": "7", P + "slack-memory": "maybe"},
+        nano_cpus=500_000_000,
+        mem_limit=64 * MIB,
+    )
+    problems: list[tuple[str, ...]] = []
+    decls = DockerDeclarations(engine, detect(), on_problems=problems.append)
+    decl = decls.build()
+    mine = [a for a in decl.production if a.spec.id == f"docker/{name}"]
+    assert len(mine) == 1
+    a = mine[0]
+    assert a.cgroup.endswith(cid) and cpu_dir(a.cgroup).is_dir()
+    assert a.spec.requests["cpu"] == 0.5 and a.spec.requests["ram"] == 64 / 1024
+    assert a.spec.priority == 0  # a bad value voids the classification: service with defaults
+    assert a.started_at is not None and abs(a.started_at - time.time()) < 300
+    assert decl.node.allocatable["cpu"] == float(engine.info()["NCPU"])
+    assert any(f"container {name}: label {P}slack-memory" in p for p in problems[-1])
+    assert decls.changed() is not None  # the first call of the source lists
+    assert decls.changed() is None  # nothing happened since
+
+
+def test_production_cap_goes_through_docker_update_and_is_restored_exactly(engine, image, tag, containers):
+    """inspect shows the cap while it is in force and exactly the container's own setting after."""
+    free, cpus = f"free-{tag}", f"cpus-{tag}"
+    containers += [free, cpus]
+    run_container(engine, image, free, "sleep 600")
+    run_container(engine, image, cpus, "sleep 600", nano_cpus=1_500_000_000)
+    layout = detect()
+    decls = DockerDeclarations(engine, layout)
+    decls.build()
+    from kalena.agent.build import cgroup_tree
+
+    writer = DockerEnforcer(cgroup_tree("/kalena-unused", layout), ManagedScope(), engine=engine)
+    cg = {c.name: cg for cg, c in decls.containers.items() if c.name in (free, cpus)}
+    writer.scope = ManagedScope(adopted=frozenset(cg.values()))
+    writer.containers_of = lambda: decls.containers
+    before = {n: engine.api.inspect_container(n)["HostConfig"] for n in (free, cpus)}
+
+    recs = writer.apply(
+        [
+            KnobWrite(cg[free], Knob.CPU_QUOTA, 0.3, "test cap"),
+            KnobWrite(cg[cpus], Knob.CPU_QUOTA, 0.4, "test cap"),
+        ]
+    )
+    assert all(r.ok and r.action == "docker-update" for r in recs), recs
+    hc = {n: engine.api.inspect_container(n)["HostConfig"] for n in (free, cpus)}
+    assert hc[free]["CpuQuota"] == 30_000 and quota_file(cpu_dir(cg[free])) == 30_000
+    assert hc[cpus]["NanoCpus"] == 400_000_000 and quota_file(cpu_dir(cg[cpus])) == 40_000
+
+    writer.apply(
+        [
+            KnobWrite(cg[free], Knob.CPU_QUOTA, math.inf, "uncap"),
+            KnobWrite(cg[cpus], Knob.CPU_QUOTA, 1.5, "uncap"),
+        ]
+    )
+    after = {n: engine.api.inspect_container(n)["HostConfig"] for n in (free, cpus)}
+    assert after[cpus]["NanoCpus"] == before[cpus]["NanoCpus"] == 1_500_000_000
+    assert quota_file(cpu_dir(cg[cpus])) == 150_000
+    assert after[free]["NanoCpus"] == 0 and after[free]["CpuQuota"] in (0, -1)  # -1: Docker's "none"
+    assert quota_file(cpu_dir(cg[free])) == -1  # as before the cap: no quota
+
+
+def _agent(tmp_path: Path, cgroup_root: str, capacity: dict):
+    base = parse_declaration(
+        {
+            "apiVersion": "kalena.naughtian.io/v1alpha1",
+            "kind": "NodeDeclaration",
+            "node": {"name": "dk1", "capacity": capacity},
+        },
+        "test",
+    )
+    policy = PolicyConfig(
+        decay=DecayParams(half_life_s=2.0),  # production's reservation falls back in seconds, not minutes
+        eviction=EvictionConfig(min_run_time_s=0.0, grace_period_s=5.0, cooldown_s=3.0),
+        escalation=EscalationConfig(
+            rounds=10_000, persist_s=1e9
+        ),  # this test is about eviction and throttling
+    )
+    config = AgentConfig(sample_interval_s=0.5, estimate_interval_s=1.0, policy=policy)
+    return build_docker_agent(
+        tmp_path / "state", base=base, config=config, cgroup_root=cgroup_root, relist_s=2.0
+    )
+
+
+def test_batch_fills_slack_is_throttled_evicted_with_sigterm_requeued_and_runs_again(
+    engine, image, tag, containers, cgroup_root, tmp_path
+):
+    web = f"web-{tag}"
+    containers.append(web)
+    run_container(
+        engine,
+        image,
+        web,
+        "while true; do sleep 0.2; done",
+        {P + "request.cpu": "0.5", P + "request.ram": "128Mi", P + "priority": "100"},
+        mem_limit=700 * MIB,
+        tmpfs={"/fill": "size=500m"},
+    )
+    agent = _agent(tmp_path, cgroup_root, {"cpu": 2, "ram": "600Mi"})
+    agent.start()
+    lo, hi = f"lo-{tag}", f"hi-{tag}"
+    work = ("sh", "-c", "dd if=/dev/zero of=/dev/shm/m bs=1M count=60 2>/dev/null; while :; do :; done")
+    for name, prio in ((lo, 1), (hi, 5)):
+        submit(
+            agent.batch.inbox,
+            Submission(name, work, {"cpu": 0.5, "ram": 100 / 1024}, None, prio, image=image),
+        )
+    try:
+        step = agent.step
+        assert until(
+            lambda: (
+                all(agent.state.task(j) is TaskState.RUNNING for j in (lo, hi) if j in agent.state.jobs)
+                and len(agent.state.jobs) == 2
+            ),
+            every=step,
+        )
+        for j in (lo, hi):
+            facts = engine.inspect(f"kalena-{j}.1")
+            assert facts is not None and facts.running
+            assert facts.cgroup_parent == f"{cgroup_root}/batch/{j}.1"
+            assert facts.nano_cpus == 0 and facts.cpu_quota == 0  # inspect: no CPU setting of its own ...
+        # ... Kalena's quota sits on the parent, and grows into the slack
+        parent = {j: cpu_dir(f"{cgroup_root}/batch/{j}.1") for j in (lo, hi)}
+        assert until(lambda: all(quota_file(parent[j]) > 50_000 for j in (lo, hi)), every=step)
+
+        # 1. production needs its CPU back: both batch runs are throttled below their request
+        for k in range(2):
+            sh(engine, web, f"echo $$ > /tmp/burn{k}; while :; do :; done", detach=True)
+        assert until(lambda: all(agent.state.task(j) is TaskState.THROTTLED for j in (lo, hi)), every=step)
+        assert all(quota_file(parent[j]) < 50_000 for j in (lo, hi))
+        sh(engine, web, "kill $(cat /tmp/burn0) $(cat /tmp/burn1)")
+
+        # 2. production grows its memory: the lowest priority goes first, with SIGTERM, before any OOM
+        # production (420 MiB, reservation 1.15 x usage) and both runs (60 MiB each) no longer fit 600 MiB;
+        # without the lower-priority run they do
+        sh(engine, web, "dd if=/dev/zero of=/fill/x bs=1M count=420 2>/dev/null")
+        assert until(
+            lambda: agent.state.task(lo) in (TaskState.EVICTING, TaskState.EVICTED, TaskState.PENDING),
+            every=step,
+        )
+        kills = [r for r in agent.log.memory if r["kind"] == "docker" and r["action"] == "kill"]
+        assert kills and kills[0]["container"] == f"kalena-{lo}.1" and kills[0]["signal"] == "SIGTERM"
+        assert agent.state.task(hi) in (TaskState.RUNNING, TaskState.THROTTLED)
+        assert until(
+            lambda: agent.state.task(lo) is TaskState.PENDING or agent.state.jobs[lo].run > 1, every=step
+        )
+        assert engine.inspect(f"kalena-{lo}.1") is None  # its container is removed with its cgroups
+        assert engine.inspect(web).running and not engine.inspect(web).oom_killed
+
+        # 3. production shrinks again: the requeued job runs again, as a later run of the same job
+        sh(engine, web, "rm -f /fill/x")
+
+        def ran_again() -> bool:
+            run = agent.state.jobs[lo].run
+            facts = engine.inspect(f"kalena-{lo}.{run}") if run > 1 else None
+            return facts is not None and facts.started_at is not None
+
+        assert until(ran_again, bound_s=90, every=step), (agent.state.history(lo), agent.state.jobs[lo])
+        steps = [(t.state, t.reason) for t in agent.state.history(lo)]
+        assert (TaskState.EVICTING, TransitionReason.EVICTED_LEDGER_BREACH) in steps
+        assert (TaskState.PENDING, TransitionReason.REQUEUED) in steps
+        assert [s for s, _ in steps].count(TaskState.RUNNING) >= 2
+        assert all(
+            t.state is not TaskState.EVICTING for t in agent.state.history(hi)
+        )  # higher priority stayed
+        ran = [engine.inspect(f"kalena-{j}.{r}") for j in (lo, hi) for r in (1, 2, 3)]
+        assert not any(f is not None and f.oom_killed for f in ran)
+        assert not engine.inspect(web).oom_killed
+    finally:
+        agent.shutdown()
+        agent.log.close()
+        for j in (lo, hi):
+            for r in (1, 2, 3):
+                engine.remove(f"kalena-{j}.{r}")
