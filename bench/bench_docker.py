@@ -19,9 +19,11 @@ Needs root and a Docker engine (``scripts/start-dockerd.sh``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 
@@ -68,6 +70,10 @@ def main() -> None:
     finally:
         engine.remove(name)
         writer.purge("", "bench done")
+        for top in Path("/sys/fs/cgroup").glob("*" + root):  # what runc made in the other hierarchies
+            for d in [*sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), top]:
+                with contextlib.suppress(OSError):
+                    d.rmdir()
     out = {"cgroup file": percentiles(cg_times), "docker update": percentiles(api_times)}
     out["ratio_p50"] = out["docker update"]["p50_ms"] / out["cgroup file"]["p50_ms"]
     print(f"{'path':16s} {'p50 ms':>10s} {'p99 ms':>10s}")
