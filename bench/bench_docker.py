@@ -19,7 +19,6 @@ Needs root and a Docker engine (``scripts/start-dockerd.sh``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import time
 import uuid
@@ -29,6 +28,7 @@ import numpy as np
 
 from kalena.agent.build import cgroup_tree
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope
+from kalena.docker.cgroups import remove_empty_tree
 from kalena.docker.engine import DEFAULT_ENDPOINT, Engine, connect
 from kalena.testing.docker import busybox_image
 
@@ -71,9 +71,7 @@ def main() -> None:
         engine.remove(name)
         writer.purge("", "bench done")
         for top in Path("/sys/fs/cgroup").glob("*" + root):  # what runc made in the other hierarchies
-            for d in [*sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), top]:
-                with contextlib.suppress(OSError):
-                    d.rmdir()
+            remove_empty_tree(top)
     out = {"cgroup file": percentiles(cg_times), "docker update": percentiles(api_times)}
     out["ratio_p50"] = out["docker update"]["p50_ms"] / out["cgroup file"]["p50_ms"]
     print(f"{'path':16s} {'p50 ms':>10s} {'p99 ms':>10s}")

@@ -4,7 +4,6 @@ made. Without an engine the tests are skipped with the reason."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kalena.docker.cgroups import remove_empty_tree
 from kalena.docker.engine import DEFAULT_ENDPOINT, Engine, EngineError, connect
 from kalena.testing.docker import NoStaticBusybox, busybox_image
 
@@ -60,6 +60,4 @@ def cgroup_root(tag: str) -> Iterator[str]:
     root = f"/kalena-test-{tag}"
     yield root
     for top in Path("/sys/fs/cgroup").glob("*/" + root.lstrip("/")):
-        for d in [*sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), top]:
-            with contextlib.suppress(OSError):
-                d.rmdir()
+        remove_empty_tree(top)

@@ -100,10 +100,17 @@ def remove_leftovers(tree: CgroupTree, run_cgroup: str, proc: Path = PROC) -> li
                 continue
             rel = parent.relative_to(mounted)
         top = point / rel.relative_to("/") if rel.is_absolute() else point / rel
-        if not top.is_dir():
-            continue
-        for d in [*sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), top]:
-            with contextlib.suppress(OSError):
-                d.rmdir()
-                removed.append(d)
+        if top.is_dir():
+            removed.extend(remove_empty_tree(top))
+    return removed
+
+
+def remove_empty_tree(top: Path) -> list[Path]:
+    """Remove ``top`` and the directories below it, deepest first, as far as they are empty (a
+    cgroup with processes stays); returns those removed."""
+    removed = []
+    for d in [*sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), top]:
+        with contextlib.suppress(OSError):
+            d.rmdir()
+            removed.append(d)
     return removed
