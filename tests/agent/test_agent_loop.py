@@ -447,6 +447,33 @@ def test_restart_resumes_from_the_state_file(harness):
     assert starts[-1]["resumed"] is True
 
 
+def test_a_start_a_crash_cut_short_is_started_after_the_restart_not_called_done(harness):
+    """The agent dies between saving STARTING and starting the process: the restarted agent sees
+    a run that never started (no CPU time in its cgroup) and starts it, instead of reaping an
+    empty cgroup as a finished run."""
+    h = harness()
+    h.agent.start()
+    h.submit("a", 1)
+
+    def crash(job, reason):
+        raise KeyboardInterrupt  # the process dies here: STARTING is saved, nothing was started
+
+    h.agent.runtime.start = crash
+    with pytest.raises(KeyboardInterrupt):
+        h.step()
+    assert StateStore(h.state_dir / "state.json").load().task("a") is TaskState.STARTING
+    # the kernel makes the counter with the cgroup, at zero; the fake host's mkdir does not
+    (h.tree.dir(h.tree.layout.home("cpuacct"), "batch/a.1") / "cpuacct.usage").write_text("0\n")
+    h.make()
+    h.agent.start()
+    h.step()
+    job = h.agent.state.jobs["a"]
+    assert h.agent.state.task("a") is TaskState.RUNNING and job.pid is not None
+    os.kill(job.pid, 0)  # its process is up
+    assert _walk(h, "a")[-2:] == [("starting", "start-requested"), ("running", "started")]
+    assert h.log("finish") == []
+
+
 def test_psi_unavailable_means_polling_with_a_warning(harness):
     h = harness()  # the fake host has no pressure files: no trigger can be armed
     h.agent.start()

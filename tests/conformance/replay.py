@@ -295,21 +295,21 @@ class MemoryRuntime:
 
     def __init__(self, rec: Recording, clock: Clock) -> None:
         self.rec, self.clock = rec, clock
-        self.started: dict[str, float] = {}  # run workload id -> start time
+        self.starts: dict[str, float] = {}  # run workload id -> start time
         self.pid = 1000
 
     def start(self, job: JobRecord, reason: str) -> int:
         assert job.workload_id is not None
-        self.started[job.workload_id] = self.clock()
+        self.starts[job.workload_id] = self.clock()
         self.pid += 1
         return self.pid
 
     def finished(self, job: JobRecord) -> tuple[bool, int | None]:
-        t0 = self.started[job.workload_id or ""]
+        t0 = self.starts[job.workload_id or ""]
         return self.clock() - t0 >= self.rec.job(job.name).run_s, 0
 
     def release(self, workload_id: str) -> int | None:
-        self.started.pop(workload_id, None)
+        self.starts.pop(workload_id, None)
         return None
 
     def cleanup(self, cgroup: str, reason: str) -> None:
@@ -320,6 +320,9 @@ class MemoryRuntime:
 
     def kill(self, job: JobRecord, reason: str) -> None:
         return None
+
+    def started(self, job: JobRecord) -> bool | None:
+        return (job.workload_id or "") in self.starts
 
     def oom_killed(self, job: JobRecord) -> bool | None:
         return None

@@ -10,7 +10,8 @@ name; each change below is a move of the core's table, so an illegal one raises:
     reap          LIVE -> SUCCEEDED (finished, exit 0) | FAILED (exit-error), RemoveBatch; a run
                   the kernel's OOM killer ended (its cgroup counts an ``oom_kill``): LIVE ->
                   EVICTED (killed-oom) -> PENDING (requeued), as the simulator's kernel kill;
-                  STARTING -> RUNNING (started) for a start a crash cut short, its process up
+                  STARTING -> RUNNING (started) for a start a crash cut short, its process up;
+                  a run saved STARTING that the runtime says never started is started now
     throttled     RUNNING <-> THROTTLED (throttled | unthrottled): quota below its cpu request
     evictor       LIVE -> EVICTING (the victim's cause) -> EVICTED (exited | grace-expired)
     evicted       EVICTED -> PENDING (requeued), as in the simulator: its cooldown on this node is
@@ -226,17 +227,20 @@ class BatchRuns:
             "evict", now, sync=True, id=rec.id, workload=rec.workload, cause=rec.cause, reasons=reasons_json
         )
         why = f"{rec.id}: {job.workload_id} no longer fits the node"
-        self.runtime.kill(job, why)
-        self.writer.kill(job.cgroup, why)  # whatever is left in the run's cgroup
+        self.runtime.kill(job, why)  # all of the run (the port's contract)
 
     # -- completion -----------------------------------------------------------------------------
     def reap(self, ledger: Ledger, now: float) -> tuple[str, ...]:
         """Runs whose cgroup emptied on their own: ``RemoveBatch`` (finished or failed)."""
         out = []
         for wid, job in self.running().items():
+            starting = self.state.task(job.name) is TaskState.STARTING  # only after a crash
+            if starting and self.runtime.started(job) is False:
+                self._start(ledger, job, now)  # saved STARTING, never started: start it now
+                continue
             done, code = self.runtime.finished(job)
             if not done:
-                if self.state.task(job.name) is TaskState.STARTING:  # a start a crash cut short
+                if starting:  # a start a crash cut short after it took effect
                     self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
                 continue
             ok = code is None or code == 0

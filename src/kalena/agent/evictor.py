@@ -134,8 +134,9 @@ class Evictor:
     def _kill_batch(self, rec: EvictionRecord, why: str) -> None:
         job = self._run_of(rec)
         if job is not None and self.runtime is not None:
-            self.runtime.kill(job, why)
-        self.writer.kill(rec.cgroup, why)  # whatever is left in the run's cgroup, either way
+            self.runtime.kill(job, why)  # the runtime ends all of the run: one kill, one record
+        else:
+            self.writer.kill(rec.cgroup, why)
 
     def _log(self, rec: EvictionRecord, why: Mapping[str, Any] | None, context: Mapping[str, Any]) -> None:
         self.log.append(

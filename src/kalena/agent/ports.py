@@ -55,7 +55,14 @@ class Runtime(Protocol):
         ...
 
     def kill(self, job: JobRecord, reason: str) -> None:
-        """End the job's current run now (SIGKILL to all of it)."""
+        """End the job's current run now: SIGKILL to all of it, whatever is left in its cgroup
+        included (callers do not kill again)."""
+        ...
+
+    def started(self, job: JobRecord) -> bool | None:
+        """Whether the job's current run was ever started (``None``: the runtime cannot tell). Asked
+        after a crash for a run saved STARTING that is not running: never started, it is started
+        now; started, it ended on its own."""
         ...
 
     def oom_killed(self, job: JobRecord) -> bool | None:

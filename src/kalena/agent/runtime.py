@@ -277,5 +277,14 @@ class ProcessRuntime:
         assert job.cgroup is not None
         self.writer.kill(job.cgroup, reason)
 
+    def started(self, job: JobRecord) -> bool | None:
+        """Something ran in the run's cgroup: its CPU time is above zero (an exec alone takes some).
+        A crash after the cgroup was made but before the process started leaves it at zero."""
+        assert job.cgroup is not None
+        if not self.reader.exists(job.cgroup):
+            return False
+        used = self.reader.read(job.cgroup, with_limit=False, with_throttling=False).cpu_usage_ns
+        return None if used is None else used > 0
+
     def oom_killed(self, job: JobRecord) -> bool | None:
         return None  # the run's cgroup counts it (BatchRuns reads it)

@@ -424,7 +424,8 @@ class CgroupWriter:
         return tuple(self.tree.dir(h, name) / "cgroup.procs" for h in self.tree.layout.hierarchies)
 
     # -- signals --------------------------------------------------------------------------------
-    def _pids(self, name: str) -> list[int]:
+    def pids(self, name: str) -> list[int]:
+        """The processes in ``name`` and its descendant cgroups (nothing written)."""
         for h in (self.tree.layout.v2, self.tree.layout.home("memory"), *self.tree.layout.hierarchies):
             if h is None:
                 continue
@@ -440,7 +441,7 @@ class CgroupWriter:
         members of ``name``, so a reused pid outside it is never hit); returns the pids signalled."""
         self.check(name)
         sent = []
-        members = self._pids(name)
+        members = self.pids(name)
         for pid in members if only is None else [p for p in members if p in set(only)]:
             try:
                 os.kill(pid, sig)
@@ -456,7 +457,7 @@ class CgroupWriter:
         """SIGKILL every process in ``name``: ``cgroup.kill`` where the kernel has it (atomic, no
         fork race), else SIGKILL to each listed process, repeated while new ones appear."""
         self.check(name)
-        pids = self._pids(name)
+        pids = self.pids(name)
         v2 = self.tree.layout.v2
         if v2 is not None:
             killfile = self.tree.dir(v2, name) / "cgroup.kill"
@@ -469,7 +470,7 @@ class CgroupWriter:
                 except OSError:
                     pass  # fall back to signalling each process
         for _ in range(10):  # a few rounds catch children forked while we signalled
-            current = self._pids(name)
+            current = self.pids(name)
             if not current:
                 break
             for pid in current:

@@ -127,3 +127,12 @@ class DockerRuntime:
         name = container_name(job.cgroup)
         sent = self.engine.kill(name, "SIGKILL")
         self._audit("kill", name, reason, signal="SIGKILL", sent=sent)
+        if self.writer.pids(job.cgroup):  # a process that left the container's cgroup for the run's
+            self.writer.kill(job.cgroup, reason)
+
+    def started(self, job: JobRecord) -> bool | None:
+        """Its container exists and was started (the engine keeps ``StartedAt``); a crash between
+        saving STARTING and creating or starting it leaves none, or one never started."""
+        assert job.cgroup is not None
+        facts = self.engine.inspect(container_name(job.cgroup))
+        return facts is not None and (facts.running or facts.started_at is not None)
