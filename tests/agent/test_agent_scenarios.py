@@ -134,7 +134,10 @@ def test_production_growth_evicts_lowest_priority_batch_before_any_oom(real_tree
     prod = spawn("mem", "--mib", "64", cgroup_procs=owner.procs_files("prod/web"))
     assert prod.stdout.readline().strip() == "ready 64"
     for name, prio in (("b-low", 1), ("b-mid", 3), ("b-high", 5)):
-        submit(agent.batch.inbox, Submission(name, (*MEM, "64"), {"cpu": 0.1, "ram": 0.125}, None, prio))
+        submit(
+            agent.batch.submissions.inbox,
+            Submission(name, (*MEM, "64"), {"cpu": 0.1, "ram": 0.125}, None, prio),
+        )
     assert set(agent.step().admitted) == {"batch/b-low.1", "batch/b-mid.1", "batch/b-high.1"}
     reader = FsCgroupReader(real_tree)
     runs = [f"batch/{n}.1" for n in ("b-low", "b-mid", "b-high")]
@@ -197,7 +200,7 @@ def test_production_cpu_demand_cuts_the_batch_quota(real_tree, spawn, tmp_path):
     agent.start()
     owner = CgroupWriter(real_tree, ManagedScope())
     owner.create("prod/api", "test")
-    submit(agent.batch.inbox, Submission("spin", CPU, {"cpu": 0.5, "ram": 0.0625}, None, 1))
+    submit(agent.batch.submissions.inbox, Submission("spin", CPU, {"cpu": 0.5, "ram": 0.0625}, None, 1))
     assert agent.step().admitted == ("batch/spin.1",)
     time.sleep(0.5)
     first = agent.step()
@@ -276,7 +279,7 @@ def test_limit_breach_evicts_production_and_never_touches_daemonsets_or_foreign_
         fw.create("svc", "test: somebody else's cgroup")
         stranger = spawn("mem", "--mib", "16", cgroup_procs=fw.procs_files("svc"))
         assert stranger.stdout.readline().strip() == "ready 16"
-        submit(agent.batch.inbox, Submission("b", (*MEM, "32"), {"ram": 0.125}, None, 1))
+        submit(agent.batch.submissions.inbox, Submission("b", (*MEM, "32"), {"ram": 0.125}, None, 1))
         assert agent.step().admitted == ("batch/b.1",)
         knob_files = ("cpu.cfs_quota_us", "cpu.shares", "cpu.max", "cpu.weight")
         knob_files += ("memory.limit_in_bytes", "memory.soft_limit_in_bytes", "memory.max", "memory.high")
@@ -337,7 +340,7 @@ def test_kill_of_a_real_run_reaches_every_process(real_tree, tmp_path):
     agent = make_agent(real_tree, tmp_path, d, policy=CALM_POLICY)
     agent.start()
     forker = (sys.executable, "-c", "import os, time\nfor _ in range(3):\n    os.fork()\ntime.sleep(60)")
-    submit(agent.batch.inbox, Submission("fork", forker, {"ram": 0.01}, None, 1))
+    submit(agent.batch.submissions.inbox, Submission("fork", forker, {"ram": 0.01}, None, 1))
     agent.step()
     reader = FsCgroupReader(real_tree)
     assert until(lambda: len(reader.procs("batch/fork.1")) == 8)

@@ -9,18 +9,20 @@ assertion about latency (``bench/bench_docker.py`` measures the reaction time).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import parse_declaration
 from kalena.agent.layout import detect
-from kalena.agent.runtime import Submission, submit
 from kalena.agent.writer import Knob, KnobWrite, ManagedScope
+from kalena.cli.main import app
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.estimators import DecayParams
@@ -29,8 +31,17 @@ from kalena.docker.agent import build_docker_agent
 from kalena.docker.declarations import DockerDeclarations
 from kalena.docker.enforcer import DockerEnforcer
 from kalena.docker.engine import Engine
+from kalena.store import Store
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+RUNNER = CliRunner()
+
+
+def kalena(*args: str):
+    """The kalena command, in this process (its real code: options, store, output)."""
+    return RUNNER.invoke(app, list(args))
+
+
 P = "kalena.naughtian.io/"
 MIB = 2**20
 
@@ -182,11 +193,12 @@ def test_batch_fills_slack_is_throttled_evicted_with_sigterm_requeued_and_runs_a
     agent.start()
     lo, hi = f"lo-{tag}", f"hi-{tag}"
     work = ("sh", "-c", "dd if=/dev/zero of=/dev/shm/m bs=1M count=60 2>/dev/null; while :; do :; done")
+    db = str(tmp_path / "state" / "kalena.db")  # the agent's store, where kalena submit queues
     for name, prio in ((lo, 1), (hi, 5)):
-        submit(
-            agent.batch.inbox,
-            Submission(name, work, {"cpu": 0.5, "ram": 100 / 1024}, None, prio, image=image),
-        )
+        args = ["--store", db, "--image", image, "--name", name, "--priority", str(prio)]
+        args += ["--request", "cpu=500m", "--request", "ram=100Mi", "--", *work]
+        res = kalena("submit", *args)
+        assert res.exit_code == 0 and res.stdout.strip() == name, res.output
     try:
         step = agent.step
         assert until(
@@ -248,6 +260,22 @@ def test_batch_fills_slack_is_throttled_evicted_with_sigterm_requeued_and_runs_a
         ran = [engine.inspect(f"kalena-{j}.{r}") for j in (lo, hi) for r in (1, 2, 3)]
         assert not any(f is not None and f.oom_killed for f in ran)
         assert not engine.inspect(web).oom_killed
+
+        # 4. the store has every step, and kalena job why says each with its reason
+        agent.store.save(agent.state)
+        with Store(Path(db)) as store:
+            saved = [(t.state, t.reason) for t in store.transitions(lo)]
+        assert saved == [(s.value, r.value) for s, r in steps]  # no step lost, none twice
+        why = kalena("job", "why", lo, "--store", db)
+        assert why.exit_code == 0, why.output
+        text = why.stdout
+        assert "pending (submitted)" in text and "running (started)" in text
+        assert "throttled (throttled)" in text and "CPU quota set to" in text  # why throttled
+        assert "evicting (evicted-ledger-breach)" in text, text
+        assert "evict: evicted (reservation-ledger-breach on ram): Reservation ledger breach" in text
+        assert "pending (requeued)" in text and "placed on node" in text
+        listed = json.loads(kalena("jobs", "--store", db, "--json").stdout)
+        assert {j["job"]: j["state"] for j in listed}[hi] in ("running", "throttled")
     finally:
         agent.shutdown()
         agent.log.close()

@@ -23,8 +23,10 @@ name; each change below is a move of the core's table, so an illegal one raises:
 (LIVE: STARTING, RUNNING, THROTTLED.) A job's name may be submitted again once it ended; its
 old task and history are forgotten (``Lifecycle.forget``).
 
-* intake: submissions from the inbox are recorded in the state file before their files are
-  deleted (never lost, never taken twice);
+* intake: submissions from the source (the inbox folder, the store's queue) are taken together
+  with the save of the state holding them (never lost, never taken twice); a cancel request
+  moves the job to CANCELLED (from any state not ended) and its run, if any, is killed once that
+  is saved (:meth:`BatchRuns.teardown`, also after a crash);
 * admission: the PENDING jobs (their next runs as batch ``WorkloadSpec``s) go through the core's
   ``schedule`` on the one-node ledger, with the context of the core's ``ContextKeeper``: the
   core's priority order and every filter, so slack-ineligibility after an escalation and a
@@ -42,7 +44,6 @@ old task and history are forgotten (``Lifecycle.forget``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,9 +53,8 @@ from kalena.agent.actionlog import ActionLog, reason_json
 from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.config import AgentConfig
 from kalena.agent.layout import BATCH_PARENT
-from kalena.agent.ports import Runtime
-from kalena.agent.runtime import read_inbox, take
-from kalena.agent.state import LIVE, AgentState, EvictionRecord, JobRecord, StateStore
+from kalena.agent.ports import Runtime, StatePort, SubmissionSource
+from kalena.agent.state import LIVE, AgentState, EvictionRecord, JobRecord
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite
 from kalena.core.enforcement import EvictionCause, start_quota
 from kalena.core.ledger import Ledger, PlaceBatch, RemovalCause, RemoveBatch
@@ -84,18 +84,18 @@ class BatchRuns:
     def __init__(
         self,
         state: AgentState,
-        store: StateStore,
+        store: StatePort,
         log: ActionLog,
         writer: CgroupWriter,
         reader: CgroupReader,
         runtime: Runtime,
         config: AgentConfig,
-        inbox: Path | None,
+        submissions: SubmissionSource | None,
         rng: np.random.Generator | None = None,
     ) -> None:
         self.store, self.log = store, log
         self.writer, self.reader, self.runtime = writer, reader, runtime
-        self.config, self.inbox = config, inbox
+        self.config, self.submissions = config, submissions
         # schedule takes a generator; relaxed randomisation never applies to one node, so any seed does
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.state = state  # builds the keeper from it (the setter)
@@ -170,25 +170,70 @@ class BatchRuns:
         return tuple(moved)
 
     # -- intake ---------------------------------------------------------------------------------
-    def intake(self, now: float) -> None:
-        if self.inbox is None:
+    def intake(self, ledger: Ledger, now: float) -> None:
+        """Take what the submission source has waiting: new jobs (PENDING), cancel requests. Taken
+        together with the save of the state holding them (never lost, never taken twice); a run a
+        cancel ends is killed only after that save (write-ahead), by :meth:`teardown`."""
+        if self.submissions is None:
             return
-        subs, problems = read_inbox(self.inbox)
-        for p in problems:
+        new = self.submissions.new()
+        for p in new.problems:
             self.log.append("rejected-submission", now, problem=p.render())
-        if not subs:
+        if not new.submissions and not new.cancels:
             return
-        for path, sub in subs:
+        outcomes: dict[object, str] = {}
+        for token, where, sub in new.submissions:
             if sub.name in self.state.jobs and not self.state.task(sub.name).terminal:
                 still = self.state.status(sub.name)
-                problem = f"{path}: name: job {sub.name!r} is still {still} (value: {sub.name!r})"
+                problem = f"{where}: name: job {sub.name!r} is still {still} (value: {sub.name!r})"
                 self.log.append("rejected-submission", now, problem=problem)
-            else:
-                self.state.submit(sub.job(now), now)  # a finished job of that name is forgotten
-                self.log.append("submit", now, job=sub.name, priority=sub.priority, requests=sub.requests)
-        self.store.save(self.state)  # recorded before the files go: never lost, never twice
-        for path, _ in subs:
-            take(path)
+                outcomes[token] = f"rejected: still {still}"
+                continue
+            job = sub.job(now)
+            job.submission = token if isinstance(token, int) else None
+            self.state.submit(job, now)  # a finished job of that name is forgotten
+            self.log.append("submit", now, job=sub.name, priority=sub.priority, requests=sub.requests)
+            outcomes[token] = "accepted"
+        for token, name in new.cancels:
+            outcomes[token] = self.cancel(ledger, name, now)
+        self.submissions.commit(outcomes, lambda: self.store.save(self.state))
+        self.teardown(now)
+
+    def cancel(self, ledger: Ledger, name: str, now: float) -> str:
+        """The job ends CANCELLED (the core's table: from any state that has not ended); a run it
+        has on the node leaves the ledger now and is killed by :meth:`teardown` once this is saved.
+        Returns what became of the request."""
+        if name not in self.state.jobs:
+            return "rejected: no such job"
+        state = self.state.task(name)
+        if state.terminal:
+            return f"rejected: already {self.state.status(name)}"
+        job = self.state.jobs[name]
+        wid = job.workload_id
+        if wid is not None and wid in ledger.batch_ids():
+            node = self.node_of(ledger)
+            ledger.apply(RemoveBatch(wid, node, ledger.node_epoch(node), RemovalCause.DELETED))
+        self.state.move(name, TaskState.CANCELLED, now, TransitionReason.CANCELLED)
+        job.why_pending = job.why_pending_codes = None
+        self.log.append("cancel", now, job=name, workload=wid, was=state.value)
+        return "cancelled"
+
+    def teardown(self, now: float) -> None:
+        """Kill and clean up the runs of cancelled jobs (a cancelled job whose ``workload_id`` is
+        still set: its run may be on the node, also right after a crash), then forget the run."""
+        done = False
+        for name in self.state.names_in(TaskState.CANCELLED):
+            job = self.state.jobs[name]
+            if job.workload_id is None or job.cgroup is None:
+                continue
+            why = f"cancel {name}: stop {job.workload_id}"
+            self.runtime.kill(job, why)
+            self.runtime.release(job.workload_id)
+            self.runtime.cleanup(job.cgroup, why)
+            job.workload_id = job.cgroup = job.pid = None
+            done = True
+        if done:
+            self.store.save(self.state)
 
     # -- ledger rebuild -------------------------------------------------------------------------
     def replace(self, ledger: Ledger, now: float) -> None:

@@ -6,6 +6,10 @@ State folder layout (``--state-dir``)::
     actions.jsonl  the action log (:mod:`.actionlog`), including every cgroup write
     inbox/         batch submissions (:mod:`.runtime`)
     jobs/          batch runs' output
+
+or, with a store (``store_path``; the Docker runtime's ``<state-dir>/kalena.db``), all of the
+state, the action log, the queue, the jobs' history and the series in that one SQLite database
+(:mod:`.dbstate`, :mod:`kalena.store`).
 """
 
 from __future__ import annotations
@@ -18,15 +22,17 @@ from kalena.agent.actionlog import ActionLog
 from kalena.agent.cadvisor import CadvisorClient, CadvisorTelemetry
 from kalena.agent.cgroupfs import FsCgroupReader
 from kalena.agent.config import AgentConfig
+from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
 from kalena.agent.declaration import Declaration
 from kalena.agent.layout import BATCH_PARENT, CgroupLayout, CgroupTree, default_root, detect
 from kalena.agent.loop import Agent, scope_of
 from kalena.agent.notify import Notifier
-from kalena.agent.ports import DeclarationSource, Runtime
+from kalena.agent.ports import DeclarationSource, Runtime, StatePort, SubmissionSource
 from kalena.agent.runtime import ProcessRuntime
 from kalena.agent.state import StateStore
 from kalena.agent.telemetry import CgroupfsTelemetry, TelemetrySource
 from kalena.agent.writer import CgroupWriter, ManagedScope, WriteRecord
+from kalena.store import Store
 
 
 def cgroup_tree(cgroup_root: str = "auto", layout: CgroupLayout | None = None) -> CgroupTree:
@@ -80,6 +86,7 @@ def build_agent(
     runtime: RuntimeFactory = _process_runtime,
     declarations: DeclarationSource | None = None,
     node_memory: Callable[[], tuple[float | None, float | None]] | None = None,
+    store_path: Path | None = None,
 ) -> Agent:
     """An agent for this host (``layout`` detected unless given) keeping its files in ``state_dir``.
 
@@ -90,7 +97,16 @@ def build_agent(
     config = config or AgentConfig()
     tree = tree or cgroup_tree(cgroup_root, layout)
     state_dir.mkdir(parents=True, exist_ok=True)
-    log = ActionLog(state_dir / "actions.jsonl")
+    store: StatePort
+    submissions: SubmissionSource | None = None
+    if store_path is not None:
+        db = Store(store_path)  # raises StoreError (not a store, a newer schema)
+        saver = DbStateStore(db, declaration.node.name, clock)
+        store, submissions = saver, DbSubmissions(saver)
+        log: ActionLog = DbActionLog(db, declaration.node.name)
+    else:
+        store = StateStore(state_dir / "state.json")
+        log = ActionLog(state_dir / "actions.jsonl")
 
     def audit(rec: WriteRecord) -> None:
         log.append("write", rec.time, **{k: v for k, v in rec.to_json().items() if k != "time"})
@@ -118,10 +134,11 @@ def build_agent(
         writer=made,
         telemetry=telemetry,
         notifier=Notifier(clock),
-        store=StateStore(state_dir / "state.json"),
+        store=store,
         log=log,
         runtime=runtime(made, reader, log, state_dir),
-        inbox=state_dir / "inbox",
+        inbox=state_dir / "inbox" if submissions is None else None,
+        submissions=submissions,
         clock=clock,
         declaration_path=declaration_path,
         declarations=declarations,

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from kalena.agent.actionlog import ActionLog, why_evicted
 from kalena.agent.cgroupfs import CgroupReader
-from kalena.agent.state import AgentState, EvictionRecord, JobRecord, StateStore
+from kalena.agent.ports import StatePort
+from kalena.agent.state import AgentState, EvictionRecord, JobRecord
 from kalena.agent.writer import CgroupWriter
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class Evictor:
         writer: CgroupWriter,
         reader: CgroupReader,
         state: AgentState,
-        store: StateStore,
+        store: StatePort,
         log: ActionLog,
         max_history: int = 1000,
         runtime: Runtime | None = None,

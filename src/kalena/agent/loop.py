@@ -47,10 +47,13 @@ from kalena.agent.ports import (
     FixedDeclaration,
     ObservationSource,
     Runtime,
+    StatePort,
+    SubmissionSource,
 )
+from kalena.agent.runtime import InboxSubmissions
 from kalena.agent.signals import conditions, read_averages
 from kalena.agent.sources import EventSources
-from kalena.agent.state import AgentState, EvictionRecord, StateStore
+from kalena.agent.state import AgentState, EvictionRecord
 from kalena.agent.telemetry import UsageMeter
 from kalena.agent.writer import Knob, KnobWrite, ManagedScope, WriteRecord
 from kalena.core.controller import (
@@ -116,10 +119,11 @@ class Agent:
         writer: Enforcer,
         telemetry: ObservationSource,
         notifier: Notifier,
-        store: StateStore,
+        store: StatePort,
         log: ActionLog,
         runtime: Runtime,
         inbox: Path | None = None,
+        submissions: SubmissionSource | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.perf_counter,
         declaration_path: Path | None = None,
@@ -143,7 +147,9 @@ class Agent:
         self.sources = EventSources(notifier, tree, writer, log, config, clock)
         self.state = AgentState(declaration.node.name)
         self.evictor = Evictor(writer, reader, self.state, store, log, config.max_history, runtime)
-        self.batch = BatchRuns(self.state, store, log, writer, reader, runtime, config, inbox)
+        if submissions is None and inbox is not None:
+            submissions = InboxSubmissions(inbox)
+        self.batch = BatchRuns(self.state, store, log, writer, reader, runtime, config, submissions)
         self.monotonic = monotonic
         self.round_state = RoundState.initial(1)
         self.ledger: Ledger | None = None
@@ -165,6 +171,7 @@ class Agent:
         self.writer.create("", "Kalena's root cgroup")
         self._restore_production("restore at start")
         self.evictor.recover()
+        self.batch.teardown(now)  # a cancel a crash cut short: its run is killed now
         self._install(self.declaration, now)
         self.log.append(
             "start",
@@ -270,7 +277,7 @@ class Agent:
         now = self.clock()
         self._reload(now)
         if self.config.admit:  # an enforce-only agent takes no submissions
-            self.batch.intake(now)
+            self.batch.intake(self.ledger, now)
         self.evictor.progress(now, self._evicted)
         finished = self.batch.reap(self.ledger, now)
         events = (*events, *self.sources.poll_fallbacks(now, self.monotonic()))
@@ -411,6 +418,7 @@ class Agent:
         reservations, _ = estimate(self.ledger, self.estimator, usage, self._started_at(), now, dt)
         self.state.reservations = reservations
         self.state.last_estimate = now
+        self.store.record_series(now, usage, reservations)
         self.sources.rearm(now)
         return True
 

@@ -11,6 +11,9 @@ implementations; the loop does not change.
   write; :class:`~.writer.CgroupWriter` (one cached, ordered, audited writer).
 * :data:`ObservationSource`: usage counters of the residents (cpu time, memory, I/O, throttled
   time); :class:`~.telemetry.CgroupfsTelemetry`, :class:`~.cadvisor.CadvisorTelemetry`.
+* :class:`StatePort`: the state saved before each side effect; a JSON file or the store.
+* :class:`SubmissionSource`: batch submissions and cancel requests, taken together with the
+  save of the state that holds them; the inbox folder, the store's queue.
 * :class:`DeclarationSource`: the node's declaration when it changed (applied whole or not at
   all); :class:`FileDeclarations` (a YAML file, by mtime), :class:`FixedDeclaration`.
 
@@ -21,12 +24,13 @@ reader (:class:`~.cgroupfs.CgroupReader`, already a protocol), and notifications
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 from kalena.agent.declaration import Declaration, DeclarationError, load_declaration
-from kalena.agent.state import JobRecord
+from kalena.agent.runtime import Intake
+from kalena.agent.state import AgentState, JobRecord
 from kalena.agent.telemetry import TelemetrySource
 from kalena.agent.writer import KnobWrite, ManagedScope, WriteRecord
 
@@ -68,6 +72,37 @@ class Runtime(Protocol):
     def oom_killed(self, job: JobRecord) -> bool | None:
         """Whether the kernel's OOM killer ended the run (``None``: the runtime cannot tell; the
         agent reads the run's cgroup)."""
+        ...
+
+
+class StatePort(Protocol):
+    """Where the agent's state is saved before every side effect that must not be repeated:
+    :class:`~.state.StateStore` (a JSON file written atomically), :class:`~.dbstate.DbStateStore`
+    (Kalena's SQLite store, with the jobs' history, the queue and the series)."""
+
+    def load(self, now: float | None = None) -> AgentState | None: ...
+
+    def save(self, state: AgentState) -> bool: ...
+
+    def discard_temp_files(self) -> None: ...
+
+    def record_series(
+        self, now: float, usage: Mapping[str, Mapping[str, float]], reservations: Mapping[str, list[float]]
+    ) -> None: ...
+
+
+class SubmissionSource(Protocol):
+    """Where batch submissions and cancel requests come from: the inbox folder
+    (:class:`~.runtime.InboxSubmissions`) or the store's queue (:class:`~.dbstate.DbSubmissions`)."""
+
+    def new(self) -> Intake:
+        """What is waiting (nothing of it is taken yet)."""
+        ...
+
+    def commit(self, outcomes: dict[object, str], save: Callable[[], object]) -> None:
+        """Mark the tokens of ``outcomes`` taken (each with what became of it) together with
+        ``save`` (which saves the state now holding them): after a crash at any instant, each
+        is either taken and in the saved state, or still waiting."""
         ...
 
 

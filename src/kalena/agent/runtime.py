@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,12 @@ class _Submission(BaseModel):
     slack_memory: StrictBool = False
     grace_s: StrictFloat | StrictInt | None = Field(default=None, ge=0)
     image: StrictStr | None = Field(default=None, min_length=1, max_length=512)
+    labels: dict[StrictStr, StrictStr] = Field(default_factory=dict, max_length=64)
+
+
+#: Label keys of this prefix are Kalena's own (classification, its bookkeeping): not the submitter's.
+RESERVED_LABEL_PREFIX = "kalena.naughtian.io/"
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,253}[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +76,12 @@ class Submission:
     slack_memory: bool = False
     grace_s: float | None = None
     image: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "image": self.image,
+            "labels": dict(self.labels),
             "name": self.name,
             "command": list(self.command),
             "requests": self.requests,
@@ -92,6 +102,7 @@ class Submission:
             self.slack_memory,
             self.grace_s,
             image=self.image,
+            labels=dict(self.labels) or None,
         )
 
 
@@ -125,11 +136,27 @@ def parse_submission(data: Any, file: str) -> Submission:
     for d, v in (lim or {}).items():
         if 0 < v < req.get(d, 0):
             probs.append(Problem(file, f"limits.{d}", f"is below the request {req[d]:g}", v))
+    for k, v in doc.labels.items():
+        if k.startswith(RESERVED_LABEL_PREFIX):
+            why = f"keys under {RESERVED_LABEL_PREFIX} are Kalena's own"
+            probs.append(Problem(file, f"labels.{k}", why, k))
+        elif not _LABEL_KEY.match(k):
+            probs.append(Problem(file, f"labels.{k}", "not a label key (letters, digits, . _ / -)", k))
+        elif len(v) > 4096:
+            probs.append(Problem(file, f"labels.{k}", "longer than 4096 characters", v[:40] + "..."))
     if probs:
         raise SubmissionError(probs)
     grace = None if doc.grace_s is None else float(doc.grace_s)
     return Submission(
-        doc.name, tuple(doc.command), req, lim, doc.priority, doc.slack_memory, grace, doc.image
+        doc.name,
+        tuple(doc.command),
+        req,
+        lim,
+        doc.priority,
+        doc.slack_memory,
+        grace,
+        doc.image,
+        dict(doc.labels),
     )
 
 
@@ -196,6 +223,33 @@ def _reject(p: Path) -> None:
 def take(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+
+
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """What a submission source has waiting: valid submissions (each with its token and where it
+    came from), cancel requests (token, job name), and the problems of what was rejected outright."""
+
+    submissions: list[tuple[object, str, Submission]]
+    cancels: list[tuple[object, str]]
+    problems: list[Problem]
+
+
+class InboxSubmissions:
+    """:class:`~kalena.agent.ports.SubmissionSource` over the spool folder (module docstring):
+    a submission's file is deleted only after the state holding the job was saved."""
+
+    def __init__(self, inbox: Path) -> None:
+        self.inbox = inbox
+
+    def new(self) -> Intake:
+        subs, problems = read_inbox(self.inbox)
+        return Intake([(path, str(path), sub) for path, sub in subs], [], problems)
+
+    def commit(self, outcomes: dict[object, str], save: Callable[[], object]) -> None:
+        save()  # recorded before the files go: never lost, never taken twice
+        for path in outcomes:
+            take(path)  # type: ignore[arg-type]
 
 
 class ProcessRuntime:

@@ -85,6 +85,8 @@ class JobRecord:
     why_pending: str | None = None  # the core's WhyPending.message ("0/1 nodes are available: ...")
     why_pending_codes: list[str] | None = None  # its stable ReasonCode values, in filter order
     image: str | None = None  # the container image (the Docker runtime; the process runtime has none)
+    labels: dict[str, str] | None = None  # the submitter's labels (a container's, in the Docker runtime)
+    submission: int | None = None  # its number in the store's queue (None: from the inbox folder)
 
 
 @dataclass
@@ -299,6 +301,19 @@ def _unfinite(obj: Any) -> Any:
     return obj
 
 
+def state_bytes(state: AgentState) -> bytes:
+    """The saved form of ``state``: compact, sorted JSON (equal states give equal bytes)."""
+    return json.dumps(_finite(state.to_json()), sort_keys=True, separators=(",", ":")).encode()
+
+
+def state_of_bytes(raw: bytes | str, now: float | None = None) -> AgentState:
+    """The state of :func:`state_bytes`; raises ``ValueError`` on anything else."""
+    try:
+        return AgentState.from_json(_unfinite(json.loads(raw)), now)
+    except RecursionError:
+        raise ValueError("nested too deeply to be a state file") from None
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """``data`` to ``path`` via temp file + fsync + rename + fsync of the folder."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -331,15 +346,12 @@ class StateStore:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
-        try:
-            state = AgentState.from_json(_unfinite(json.loads(raw)), now)
-        except RecursionError:
-            raise ValueError("nested too deeply to be a state file") from None
+        state = state_of_bytes(raw, now)
         self._last = raw
         return state
 
     def save(self, state: AgentState) -> bool:
-        data = json.dumps(_finite(state.to_json()), sort_keys=True, separators=(",", ":")).encode()
+        data = state_bytes(state)
         if data == self._last:
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -347,6 +359,12 @@ class StateStore:
         self._last = data
         self.writes += 1
         return True
+
+    def record_series(
+        self, now: float, usage: Mapping[str, Mapping[str, float]], reservations: Mapping[str, list[float]]
+    ) -> None:
+        """The state file keeps no usage or reservation series (the store does: :mod:`.dbstate`)."""
+        return None
 
     def discard_temp_files(self) -> None:
         """Remove temporaries a crash between write and rename left behind."""

@@ -30,6 +30,8 @@ from kalena.docker.runtime import DockerRuntime
 
 #: Kalena's root on a Docker host: absolute, since ``--cgroup-parent`` is one path for every hierarchy.
 DOCKER_ROOT = "/kalena"
+#: The store's file in the agent's state folder.
+STORE_FILE = "kalena.db"
 
 
 def host_memory(proc: Path = Path("/proc")) -> tuple[float | None, float | None]:
@@ -61,9 +63,12 @@ def build_docker_agent(
     clock: Callable[[], float] = time.time,
     watch_events: bool = True,
     relist_s: float = 30.0,
+    store_path: Path | None = None,
 ) -> Agent:
     """An agent for the Docker engine at ``endpoint`` on this host (raises ``EngineError``,
-    ``DriverError`` or ``DeclarationError`` with the reason; nothing is changed then)."""
+    ``DriverError``, ``DeclarationError`` or ``StoreError`` with the reason; nothing is changed
+    then). Its state, queue, history and action log are in the store at ``store_path`` (default
+    ``<state_dir>/kalena.db``), where ``kalena submit`` queues jobs."""
     engine = Engine(connect(endpoint, tls), endpoint)
     tree = cgroup_tree(cgroup_root, layout)
     check_driver(str(engine.info().get("CgroupDriver", "")), tree)
@@ -112,6 +117,7 @@ def build_docker_agent(
         runtime=make_runtime,
         declarations=decls,
         node_memory=host_memory,
+        store_path=store_path or state_dir / STORE_FILE,
     )
     holder["agent"] = agent
     return agent

@@ -61,6 +61,7 @@ class DockerRuntime:
                 raise ValueError(f"image {job.image!r} is not on this host (docker pull or docker load it)")
             ram_limit = (job.limits or {}).get("ram", 0.0)
             labels = {
+                **(job.labels or {}),  # the submitter's (none under Kalena's prefix: checked at submit)
                 MANAGED_BY: MANAGER,
                 JOB: job.name,
                 RUN: str(job.run),
