@@ -275,6 +275,7 @@ class Agent:
         if self.ledger is None:
             raise RuntimeError("Agent.step before Agent.start")
         now = self.clock()
+        steps = self.state.lifecycle.appended
         self._reload(now)
         if self.config.admit:  # an enforce-only agent takes no submissions
             self.batch.intake(self.ledger, now)
@@ -314,7 +315,9 @@ class Agent:
             self._escalate(act.escalation, act.first_epoch + len(plan.victims), now)
         self.state.round_state = self.round_state.to_json()
         admitted = self.batch.admit(self.ledger, now) if self.config.admit else ()
-        if estimated:  # the rest (allowance, rounds, first-seen) is cheap to lose: saved every estimate
+        # a job's step (started, throttled, ...) is saved in the step that made it; the rest
+        # (allowance, rounds, first-seen) is cheap to lose: saved every estimate
+        if estimated or self.state.lifecycle.appended != steps:
             self.store.save(self.state)
         return StepReport(
             now, tuple(events), plan, evicted, tplan, records, escalation, admitted, finished, estimated, d

@@ -98,6 +98,9 @@ class Lifecycle:
         self._h_time = np.zeros(capacity)
         self._h_reason = np.zeros(capacity, dtype=np.int16)
         self._n_hist = 0
+        #: History entries ever appended by this object (never lowered by ``forget``; not saved): a
+        #: shell that saves what changed compares it before and after.
+        self.appended = 0
 
     # changes --------------------------------------------------------------------------------
     def add(
@@ -228,6 +231,7 @@ class Lifecycle:
         self._h_time[a:b] = now
         self._h_reason[a:b] = reason
         self._n_hist = b
+        self.appended += len(h)
 
     def _checked(self, handles: np.ndarray | Sequence[int] | int) -> np.ndarray:
         h = np.asarray(handles).reshape(-1)

@@ -1,0 +1,291 @@
+"""The agent on Kalena's store (SQLite): jobs from the store's queue, cancel, and every lifecycle
+step in the store with the state that made it, across crashes at any side effect.
+
+The host is the fake cgroup folder of ``test_agent_loop`` (batch runs are real ``sleep``
+processes); the store is a real SQLite database. A "crash" is an exception raised from a side
+effect (a process start, a kill, a cgroup write): the agent object is dropped there, as a
+SIGKILL would leave it, and a new one is made from the same store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+
+import pytest
+import yaml
+from agent_testlib import make_fake_host
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_agent_loop import Harness, LiveReader
+
+from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
+from kalena.agent.declaration import parse_declaration
+from kalena.agent.loop import Agent
+from kalena.agent.notify import Notifier
+from kalena.agent.runtime import ProcessRuntime
+from kalena.agent.writer import CgroupWriter, ManagedScope
+from kalena.core.lifecycle import TaskState
+from kalena.store import Store, StoreConflict
+
+SLEEP = ["sleep", "60"]
+
+
+class Crash(BaseException):
+    """The agent process dies here (not an Exception: nothing in the agent catches it)."""
+
+
+class DbHarness(Harness):
+    """The loop tests' harness with the agent's state, queue and log in a store."""
+
+    def make(self) -> Agent:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.db = Store(self.state_dir / "kalena.db")
+        reader = LiveReader(self.tree, proc_pressure=self.state_dir / "no-psi")
+        writer = CgroupWriter(self.tree, ManagedScope(), clock=self.clock)
+        create = writer.create
+
+        def create_like_the_kernel(name, reason):  # the kernel makes the CPU counter with the cgroup
+            out = create(name, reason)
+            home = self.tree.layout.home("cpuacct")
+            counter = self.tree.dir(home, name) / "cpuacct.usage"
+            if not counter.exists():
+                counter.write_text("0\n")
+            return out
+
+        writer.create = create_like_the_kernel
+        decl = parse_declaration(yaml.safe_load(self.decl_path.read_text()), str(self.decl_path))
+        saver = DbStateStore(self.db, decl.node.name, self.clock)
+        self.agent = Agent(
+            decl,
+            self.config,
+            tree=self.tree,
+            reader=reader,
+            writer=writer,
+            telemetry=self.telemetry,
+            notifier=Notifier(self.clock),
+            store=saver,
+            log=DbActionLog(self.db, decl.node.name),
+            runtime=ProcessRuntime(writer, reader),
+            submissions=DbSubmissions(saver),
+            clock=self.clock,
+            declaration_path=self.decl_path,
+        )
+        return self.agent
+
+    def queue(self, name: str, ram_mib: float = 128, priority: int = 1) -> int:
+        spec = {"name": name, "command": SLEEP, "requests": {"cpu": 0.2, "ram": ram_mib / 1024}}
+        return self.db.submit([(name, {**spec, "priority": priority})], self.clock.t)[0]
+
+    def saved_steps(self, name: str) -> list[tuple[str, float, str]]:
+        return [(t.state, t.at, t.reason) for t in self.db.transitions(name)]
+
+    def steps(self, name: str) -> list[tuple[str, float, str]]:
+        return [(t.state.value, t.time, t.reason.value) for t in self.agent.state.history(name)]
+
+
+@pytest.fixture
+def dbharness(tmp_path, fake_host):
+    made: list[DbHarness] = []
+
+    def build(**kw) -> DbHarness:
+        h = DbHarness(tmp_path, fake_host("hybrid"), **kw)
+        made.append(h)
+        return h
+
+    yield build
+    for h in made:
+        h.kill_all()
+        h.db.close()
+
+
+def alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            return not f.read().split(") ", 1)[1].startswith("Z")
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+def test_jobs_come_from_the_store_and_every_step_is_saved_with_the_state(dbharness):
+    h = dbharness()
+    h.agent.start()
+    a, b = h.queue("a"), h.queue("b", ram_mib=900)  # b does not fit beside production
+    report = h.step()
+    assert report.admitted == ("batch/a.1",)
+    assert h.saved_steps("a") == h.steps("a") and h.steps("a")[-1][0] == "running"
+    assert h.saved_steps("b") == h.steps("b") == [("pending", h.clock.t, "submitted")]
+    rows = {r.job: r for r in h.db.jobs()}
+    assert rows["a"].state == "running" and rows["a"].submission == a and rows["a"].run == 1
+    assert rows["b"].state == "pending" and "Insufficient ram" in (rows["b"].why_pending or "")
+    taken = h.db.db.execute("SELECT seq, outcome FROM submissions ORDER BY seq").fetchall()
+    assert taken == [(a, "accepted"), (b, "accepted")]
+    kinds = [e.kind for e in h.db.events(job="a")] + [e.kind for e in h.db.events(workloads=["batch/a.1"])]
+    assert "submit" in kinds and "admit" in kinds
+    h.step(10.0)  # an estimate: the series of the residents
+    assert h.db.series("prod/web") and h.db.series("batch/a.1")
+
+
+def test_cancel_ends_a_pending_and_a_running_job_and_kills_the_run(dbharness):
+    h = dbharness()
+    h.agent.start()
+    h.queue("run")
+    h.queue("wait", ram_mib=900)
+    h.step()
+    pid = h.agent.state.jobs["run"].pid
+    assert alive(pid)
+    assert h.db.cancel("run", h.clock.t) == "requested" and h.db.cancel("wait", h.clock.t) == "requested"
+    h.step()
+    for name in ("run", "wait"):
+        assert h.agent.state.task(name) is TaskState.CANCELLED
+        assert h.saved_steps(name)[-1][::2] == ("cancelled", "cancelled")
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)  # the agent's own child: reaped here so it is not a zombie
+    assert not alive(pid)
+    assert "batch/run.1" not in h.agent.ledger.batch_ids()
+    assert h.agent.state.jobs["run"].workload_id is None
+    outcomes = [r[0] for r in h.db.db.execute("SELECT outcome FROM cancels ORDER BY seq")]
+    assert outcomes == ["cancelled", "cancelled"]
+    with pytest.raises(StoreConflict, match="already ended"):
+        h.db.cancel("run", h.clock.t)
+
+
+def test_a_cancel_a_crash_cut_short_kills_the_run_at_restart(dbharness):
+    h = dbharness()
+    h.agent.start()
+    h.queue("a")
+    h.step()
+    pid = h.agent.state.jobs["a"].pid
+    h.db.cancel("a", h.clock.t)
+
+    def crash(job, reason):
+        raise Crash
+
+    h.agent.runtime.kill = crash  # CANCELLED is saved; the kill never happens
+    with pytest.raises(Crash):
+        h.step()
+    assert alive(pid)
+    h.make()
+    h.agent.start()
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    assert not alive(pid) and h.agent.state.jobs["a"].workload_id is None
+    assert [s for s, _, _ in h.saved_steps("a")].count("cancelled") == 1
+
+
+def test_a_save_that_fails_half_way_leaves_the_previous_state_and_no_step(dbharness, monkeypatch):
+    h = dbharness()
+    h.agent.start()
+    h.queue("a")
+    h.step()
+    before = (h.db.load_state("n1"), h.saved_steps("a"))
+
+    def broken(*a, **kw):
+        raise Crash
+
+    monkeypatch.setattr("kalena.agent.dbstate.insert_series", broken)  # the last write of a save
+    h.agent.state.jobs["a"].priority = 7  # a change to save
+    h.agent.store.record_series(h.clock.t, {"batch/a.1": {"cpu": 0.1}}, {})
+    with pytest.raises(Crash):
+        h.agent.store.save(h.agent.state)
+    assert (h.db.load_state("n1"), h.saved_steps("a")) == before  # rolled back whole
+    monkeypatch.undo()
+    h.agent.store.save(h.agent.state)
+    assert '"priority":7' in h.db.load_state("n1")[1]
+
+
+# -- the property: no acknowledged record is lost, no step is lost or written twice -----------------
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("submit"), st.sampled_from("abcd"), st.sampled_from([128, 600])),
+        st.tuples(st.just("cancel"), st.sampled_from("abcd"), st.just(0)),
+        st.tuples(st.just("step"), st.just(""), st.sampled_from([1, 11])),
+        st.tuples(st.just("crash"), st.sampled_from(["start", "kill", "apply", "create"]), st.just(0)),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+def _arm(h: DbHarness, where: str):
+    """The next call of ``where`` (a process start, a kill, a knob write, a cgroup made) crashes;
+    returns the disarm (the step made no such call)."""
+    target = h.agent.runtime if where in ("start", "kill") else h.agent.writer
+    original = getattr(target, where)
+
+    def crash(*a, **kw):
+        setattr(target, where, original)
+        raise Crash
+
+    setattr(target, where, crash)
+    return lambda: setattr(target, where, original)
+
+
+EXAMPLES = int(os.environ.get("KALENA_CRASH_EXAMPLES", "60"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_no_acknowledged_submission_or_step_is_lost_across_crashes(tmp_path_factory, ops):
+    root = tmp_path_factory.mktemp("example")  # one host and one store per example
+    h = DbHarness(root, make_fake_host(root / "cg", "hybrid"))
+    h.agent.start()
+    acked: dict[int, str] = {}
+    try:
+        for op, name, arg in ops:
+            if op == "submit":
+                with contextlib.suppress(StoreConflict):
+                    acked[h.queue(name, ram_mib=arg)] = name
+            elif op == "cancel":
+                with contextlib.suppress(StoreConflict):
+                    h.db.cancel(name, h.clock.t)
+            elif op == "crash":
+                disarm = _arm(h, name)
+                try:
+                    h.step()
+                    disarm()
+                except Crash:
+                    h.make()  # a new agent process on the same store
+                    h.agent.start()
+            else:
+                h.step(float(arg))
+        h.step()
+        h.step()
+        # every acknowledged submission was taken: it is a job (with its history) or was withdrawn
+        outcome = dict(h.db.db.execute("SELECT seq, outcome FROM submissions"))
+        for seq, name in acked.items():
+            assert outcome[seq] in ("accepted", "withdrawn"), (seq, name, outcome[seq])
+            assert h.db.transitions(name, seq), (seq, name)
+        # the store's history of each job is the agent's: no step lost, none twice
+        for name, job in h.agent.state.jobs.items():
+            assert job.submission is not None
+            saved = [(t.state, t.at, t.reason) for t in h.db.transitions(name, job.submission)]
+            assert saved == h.steps(name)
+        # one process at most per job, and only for a job whose run is live
+        live = {j.name for j in h.agent.batch.running().values()}
+        for name, job in h.agent.state.jobs.items():
+            if name not in live:
+                assert job.pid is None or not alive(job.pid), (name, h.agent.state.task(name))
+    finally:
+        h.kill_all()
+        for pid in _sleepers(h):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        h.db.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _sleepers(h: DbHarness) -> list[int]:
+    """Every pid written into a batch cgroup of the fake host (the runs a crash orphaned too)."""
+    out = []
+    for hier in h.tree.layout.hierarchies:
+        base = h.tree.dir(hier, "batch")
+        if base.is_dir():
+            for procs in base.rglob("cgroup.procs"):
+                out += [int(x) for x in procs.read_text().split() if x.strip().isdigit()]
+    return out
