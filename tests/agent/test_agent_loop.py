@@ -474,6 +474,34 @@ def test_a_start_a_crash_cut_short_is_started_after_the_restart_not_called_done(
     assert h.log("finish") == []
 
 
+def test_a_batch_run_outside_the_state_is_swept_at_start(harness):
+    """A run cgroup under the batch parent that the state does not know (a state folder deleted,
+    another agent's leftovers) runs outside the ledger: the agent kills and removes it at start,
+    and keeps the runs it knows."""
+    h = harness()
+    h.agent.start()
+    h.submit("kept", 1)
+    h.step()
+    kept_pid = h.agent.state.jobs["kept"].pid
+    stray = h.agent.writer.create("batch/stray.1", "a leftover")
+    assert stray
+    p = subprocess.Popen(SLEEP)
+    for f in h.agent.writer.procs_files("batch/stray.1"):
+        f.write_text(f"{p.pid}\n")
+    h.make()
+    written = []
+    h.agent.writer.audit = written.append
+    h.agent.start()
+    assert p.wait(10) == -signal.SIGKILL
+    assert [r["workload"] for r in h.log("swept")] == ["batch/stray.1"]
+    # its cgroup is removed (an rmdir per hierarchy; the fake host's folders hold plain files, so
+    # the rmdir fails here where the kernel's would not)
+    rmdirs = [r for r in written if r.action == "rmdir" and r.cgroup == "batch/stray.1"]
+    assert len(rmdirs) == len(h.tree.layout.hierarchies)
+    os.kill(kept_pid, 0)  # the known run is untouched
+    assert h.agent.state.status("kept") == "running"
+
+
 def test_psi_unavailable_means_polling_with_a_warning(harness):
     h = harness()  # the fake host has no pressure files: no trigger can be armed
     h.agent.start()

@@ -324,6 +324,9 @@ class MemoryRuntime:
     def started(self, job: JobRecord) -> bool | None:
         return (job.workload_id or "") in self.starts
 
+    def sweep(self, keep, reason: str) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+        return ()  # an in-memory run outside the state does not exist
+
     def oom_killed(self, job: JobRecord) -> bool | None:
         return None
 

@@ -28,6 +28,7 @@ from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.estimators import DecayParams
 from kalena.core.lifecycle import TaskState, TransitionReason
 from kalena.docker.agent import build_docker_agent
+from kalena.docker.cgroups import remove_empty_tree
 from kalena.docker.declarations import DockerDeclarations
 from kalena.docker.enforcer import DockerEnforcer
 from kalena.docker.engine import Engine
@@ -282,3 +283,63 @@ def test_batch_fills_slack_is_throttled_evicted_with_sigterm_requeued_and_runs_a
         for j in (lo, hi):
             for r in (1, 2, 3):
                 engine.remove(f"kalena-{j}.{r}")
+
+
+def test_hand_made_batch_containers_are_adopted_as_jobs_and_strays_are_swept(
+    engine, image, tag, containers, cgroup_root, tmp_path
+):
+    """``docker create``/``docker run`` with the batch label: each becomes a job (its labels' priority
+    and requests), the hand-made container is removed, and the job runs as Kalena's own container.
+    One with its own --entrypoint stays production (reported). A container of Kalena's in this
+    agent's tree that its state does not know is removed at start; one in another tree is not."""
+    made, ran, odd = f"made-{tag}", f"ran-{tag}", f"odd-{tag}"
+    batch = {P + "tier": "batch", P + "priority": "3", P + "request.cpu": "200m", "team": "ml"}
+    hc = engine.api.create_host_config()
+    engine.api.create_container(
+        image, command=["sh", "-c", "sleep 1"], name=made, labels=batch, host_config=hc
+    )
+    run_container(engine, image, ran, "sleep 300", batch)
+    odd_id = engine.api.create_container(
+        image, command=["300"], entrypoint=["sleep"], name=odd, labels=batch, host_config=hc
+    )["Id"]
+    engine.api.start(odd_id)
+    ghost, other = f"kalena-{tag}ghost.1", f"kalena-{tag}other.1"
+    managed = {P + "managed-by": "kalena", P + "tier": "batch"}
+    for name, parent in ((ghost, f"{cgroup_root}/batch/{tag}ghost.1"), (other, f"/elsewhere-{tag}/batch/x")):
+        hc2 = engine.api.create_host_config(cgroup_parent=parent)
+        engine.api.create_container(
+            image, command=["sleep", "300"], name=name, labels=managed, host_config=hc2
+        )
+        engine.api.start(name)
+    containers.extend([made, ran, odd, ghost, other, f"kalena-adopted-{made}.1", f"kalena-adopted-{ran}.1"])
+    agent = _agent(tmp_path, cgroup_root, {"cpu": 2, "ram": "1Gi"})
+    try:
+        agent.start()
+        assert engine.inspect(ghost) is None  # swept: Kalena's, in this tree, unknown to the state
+        assert engine.inspect(other) is not None  # another agent's tree: not this one's to remove
+        jobs = {f"adopted-{made}", f"adopted-{ran}"}
+        assert until(lambda: jobs <= set(agent.state.jobs), every=agent.step, bound_s=30)
+        for name in (made, ran):
+            job = agent.state.jobs[f"adopted-{name}"]
+            assert job.priority == 3 and job.requests == {"cpu": 0.2} and job.image == image
+            assert job.labels == {"team": "ml"} and job.adopted_from is not None
+            assert engine.inspect(name) is None  # the hand-made container is gone
+        assert agent.state.jobs[f"adopted-{made}"].command == ["sh", "-c", "sleep 1"]
+        assert engine.inspect(odd).running and f"adopted-{odd}" not in agent.state.jobs
+        assert any("own --entrypoint" in p for p in agent.declarations.problems)
+        assert until(
+            lambda: agent.state.task(f"adopted-{made}") is TaskState.SUCCEEDED, every=agent.step, bound_s=60
+        )
+        assert until(
+            lambda: (f := engine.inspect(f"kalena-adopted-{ran}.1")) is not None and f.running,
+            every=agent.step,
+            bound_s=30,
+        )
+        kinds = [r["kind"] for r in agent.log.memory]
+        assert kinds.count("adopt") == 2 and "swept" in kinds
+    finally:
+        agent.shutdown()
+        agent.log.close()
+        engine.remove(other)
+        for top in Path("/sys/fs/cgroup").glob(f"*/elsewhere-{tag}"):
+            remove_empty_tree(top)

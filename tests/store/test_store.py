@@ -97,13 +97,8 @@ def test_an_sqlite_database_of_someone_else_is_refused(tmp_path):
         assert db.execute("PRAGMA user_version").fetchone()[0] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Store.__init__ runs PRAGMA journal_mode=WAL before _migrate() checks the schema, so a "
-    "database it then refuses (foreign tables, or a newer user_version) is left switched to WAL mode "
-    "for good (the journal mode is persistent in the file's header)",
-)
 def test_a_refused_database_keeps_its_journal_mode(tmp_path):
+    """The journal mode is kept in the file: a database the store refuses is not switched to WAL."""
     path = tmp_path / "other.db"
     with contextlib.closing(sqlite3.connect(path)) as db:
         db.execute("CREATE TABLE customers(id INTEGER PRIMARY KEY)")
@@ -416,3 +411,12 @@ def test_acknowledged_submissions_are_kept_and_a_name_is_queued_once(tmp_path_fa
         ).fetchall()
     assert {seq: rows.get(seq) for seq in acked} == acked
     assert per_name == []
+
+
+def test_an_empty_file_is_no_store_for_a_reader(tmp_path):
+    """``kalena jobs`` (create=False) never turns an empty file into a store."""
+    path = tmp_path / "k.db"
+    path.touch()
+    with pytest.raises(StoreError, match="empty file"):
+        Store(path, create=False)
+    assert path.stat().st_size == 0

@@ -283,10 +283,12 @@ class BatchRuns:
             if starting and self.runtime.started(job) is False:
                 self._start(ledger, job, now)  # saved STARTING, never started: start it now
                 continue
+            if starting:  # a start a crash cut short after it took effect (its admit line may be lost)
+                self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
+                prio = job.priority
+                self.log.append("admit", now, workload=wid, pid=job.pid, priority=prio, resumed=True)
             done, code = self.runtime.finished(job)
             if not done:
-                if starting:  # a start a crash cut short after it took effect
-                    self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
                 continue
             ok = code is None or code == 0
             oom = not ok and self._oom_killed(job)
@@ -300,8 +302,11 @@ class BatchRuns:
             ledger.apply(
                 RemoveBatch(wid, self.node_of(ledger), ledger.node_epoch(self.node_of(ledger)), cause)
             )
-            self.runtime.cleanup(job.cgroup or "", f"{wid} finished")
             job.exit_code, job.pid = code, None
+            # write-ahead: the run's end is saved before its container (which holds the exit
+            # code) is removed; a crash in between must not turn a failed run into a finished one
+            self.store.save(self.state)
+            self.runtime.cleanup(job.cgroup or "", f"{wid} finished")
             if oom:
                 self._requeue(job, now)
             self.log.append(

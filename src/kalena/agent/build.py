@@ -87,6 +87,7 @@ def build_agent(
     declarations: DeclarationSource | None = None,
     node_memory: Callable[[], tuple[float | None, float | None]] | None = None,
     store_path: Path | None = None,
+    wrap_submissions: Callable[[SubmissionSource | None, ActionLog], SubmissionSource | None] | None = None,
 ) -> Agent:
     """An agent for this host (``layout`` detected unless given) keeping its files in ``state_dir``.
 
@@ -126,6 +127,8 @@ def build_agent(
         )
     else:
         telemetry = CgroupfsTelemetry(reader)
+    if wrap_submissions is not None:  # a shell's own source around the queue (Docker: adoption)
+        submissions = wrap_submissions(submissions, log)
     return Agent(
         declaration,
         config,
@@ -137,7 +140,7 @@ def build_agent(
         store=store,
         log=log,
         runtime=runtime(made, reader, log, state_dir),
-        inbox=state_dir / "inbox" if submissions is None else None,
+        inbox=state_dir / "inbox" if store_path is None and submissions is None else None,
         submissions=submissions,
         clock=clock,
         declaration_path=declaration_path,

@@ -172,6 +172,10 @@ class Agent:
         self._restore_production("restore at start")
         self.evictor.recover()
         self.batch.teardown(now)  # a cancel a crash cut short: its run is killed now
+        keep = {j.cgroup for j in self.batch.running().values() if j.cgroup}
+        keep |= {e.cgroup for e in self.state.in_flight() if e.tier == "batch"}
+        for cg in self.runtime.sweep(keep, "no run of this agent's state: left by a crash or another agent"):
+            self.log.append("swept", now, workload=cg)
         self._install(self.declaration, now)
         self.log.append(
             "start",

@@ -63,6 +63,12 @@ class Runtime(Protocol):
         included (callers do not kill again)."""
         ...
 
+    def sweep(self, keep: Collection[str], reason: str) -> tuple[str, ...]:
+        """Kill and remove every batch run on the node whose cgroup is not in ``keep`` (what a
+        crash, or an agent with another state, left behind: it runs outside the ledger); returns
+        the runs removed."""
+        ...
+
     def started(self, job: JobRecord) -> bool | None:
         """Whether the job's current run was ever started (``None``: the runtime cannot tell). Asked
         after a crash for a run saved STARTING that is not running: never started, it is started

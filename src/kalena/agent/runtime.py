@@ -20,7 +20,7 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from kalena.agent.cgroupfs import CgroupReader
+from kalena.agent.layout import BATCH_PARENT
 from kalena.agent.state import JobRecord, write_atomic
 from kalena.agent.writer import CgroupWriter
 from kalena.core.quantity import QuantityError, parse_quantity
@@ -77,6 +78,7 @@ class Submission:
     grace_s: float | None = None
     image: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    adopted_from: str | None = None  # the hand-made container it was adopted from (never from a file)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +105,7 @@ class Submission:
             self.grace_s,
             image=self.image,
             labels=dict(self.labels) or None,
+            adopted_from=self.adopted_from,
         )
 
 
@@ -330,6 +333,19 @@ class ProcessRuntime:
     def kill(self, job: JobRecord, reason: str) -> None:
         assert job.cgroup is not None
         self.writer.kill(job.cgroup, reason)
+
+    def sweep(self, keep: Collection[str], reason: str) -> tuple[str, ...]:
+        """The run cgroups under the batch parent (in any hierarchy) that ``keep`` does not name."""
+        found: set[str] = set()
+        for h in self.writer.tree.layout.hierarchies:
+            parent = self.writer.tree.dir(h, BATCH_PARENT)
+            if parent.is_dir():
+                found.update(f"{BATCH_PARENT}/{d.name}" for d in parent.iterdir() if d.is_dir())
+        gone = tuple(sorted(found - set(keep)))
+        for name in gone:
+            self.writer.kill(name, reason)
+            self.writer.remove(name, reason)
+        return gone
 
     def started(self, job: JobRecord) -> bool | None:
         """Something ran in the run's cgroup: its CPU time is above zero (an exec alone takes some).

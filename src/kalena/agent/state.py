@@ -87,6 +87,7 @@ class JobRecord:
     image: str | None = None  # the container image (the Docker runtime; the process runtime has none)
     labels: dict[str, str] | None = None  # the submitter's labels (a container's, in the Docker runtime)
     submission: int | None = None  # its number in the store's queue (None: from the inbox folder)
+    adopted_from: str | None = None  # the id of the hand-made container it was adopted from
 
 
 @dataclass

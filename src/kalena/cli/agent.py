@@ -58,6 +58,7 @@ OPTION_OF = {
     ("EvictionConfig", "grace_period_s"): "--grace-period",
     ("EvictionConfig", "min_run_time_s"): "--min-run-time",
     ("EscalationConfig", "rounds"): "--escalation-rounds",
+    ("EscalationConfig", "persist_s"): "--escalation-persist",
 }
 
 
@@ -131,7 +132,13 @@ def run(
         float, typer.Option("--grace-period", help="SIGTERM -> SIGKILL, seconds.")
     ] = 30.0,
     min_run_time: Annotated[float, typer.Option("--min-run-time", help="Batch exempt this long.")] = 120.0,
-    escalation_rounds: Annotated[int, typer.Option("--escalation-rounds")] = 3,
+    escalation_rounds: Annotated[
+        int, typer.Option("--escalation-rounds", help="Failed mitigation rounds before batch is drained.")
+    ] = 3,
+    escalation_persist: Annotated[
+        float,
+        typer.Option("--escalation-persist", help="Seconds of pressure through mitigation before a drain."),
+    ] = 30.0,
     duration: Annotated[
         float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
     ] = 0.0,
@@ -160,7 +167,7 @@ def run(
             eviction=EvictionConfig(
                 min_run_time_s=min_run_time, grace_period_s=grace_period, acute_grace_period_s=0.0
             ),
-            escalation=EscalationConfig(rounds=escalation_rounds),
+            escalation=EscalationConfig(rounds=escalation_rounds, persist_s=escalation_persist),
         )
         config = AgentConfig(
             sample_interval_s=sample_interval, estimate_interval_s=estimate_interval, policy=policy

@@ -21,7 +21,9 @@ from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import Declaration
 from kalena.agent.layout import CgroupLayout, CgroupTree
 from kalena.agent.loop import Agent
+from kalena.agent.ports import SubmissionSource
 from kalena.agent.writer import CgroupWriter, ManagedScope, WriteRecord
+from kalena.docker.adoption import DockerAdoptions
 from kalena.docker.cgroups import check_driver
 from kalena.docker.declarations import DockerDeclarations
 from kalena.docker.enforcer import DockerEnforcer
@@ -79,6 +81,12 @@ def build_docker_agent(
         agent = holder.get("agent")
         return dict(agent.state.production_originals) if agent is not None else {}
 
+    def known() -> set[str]:  # the containers the agent's jobs were adopted from
+        agent = holder.get("agent")
+        jobs = agent.state.jobs.values() if agent is not None else ()
+        return {j.adopted_from for j in jobs if j.adopted_from}
+
+    adoptions = DockerAdoptions(None, engine, lambda: decls.adoptable, known, None, clock)
     decls = DockerDeclarations(
         engine,
         tree.layout,
@@ -87,7 +95,13 @@ def build_docker_agent(
         capped=capped,
         on_problems=problems_log.append,
         relist_s=relist_s,
+        adopt=adoptions.accepts,
     )
+
+    def wrap(inner: SubmissionSource | None, log: ActionLog) -> SubmissionSource | None:
+        adoptions.inner, adoptions.log = inner, log
+        return adoptions
+
     first = decls.build()  # raises: a first declaration that cannot apply starts nothing
     decls.current = first
 
@@ -118,6 +132,7 @@ def build_docker_agent(
         declarations=decls,
         node_memory=host_memory,
         store_path=store_path or state_dir / STORE_FILE,
+        wrap_submissions=wrap,
     )
     holder["agent"] = agent
     return agent

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 
 from kalena.agent.declaration import Adopted, Declaration, DeclarationError
 from kalena.agent.layout import CgroupLayout
+from kalena.core.classify import TIER
 from kalena.core.model import NodeSpec, Tier
 from kalena.core.resources import DIMS, Resources
 from kalena.core.tolerance import REL_TOL
@@ -64,8 +65,11 @@ class DockerDeclarations:
         on_problems: Callable[[tuple[str, ...]], None] | None = None,
         relist_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        adopt: Callable[[ContainerFacts], tuple[bool, str | None]] | None = None,
     ) -> None:
         self.engine, self.layout, self.base, self.watch = engine, layout, base, watch
+        self.adopt = adopt
+        self.adoptable: list[ContainerFacts] = []  # hand-made batch containers set aside for adoption
         self.capped, self.on_problems = capped, on_problems
         self.relist_s, self.clock = relist_s, clock
         self.current: Declaration | None = None
@@ -85,8 +89,17 @@ class DockerDeclarations:
         problems: list[str] = []
         containers: dict[str, ContainerFacts] = {}
         capped = self.capped()
+        adoptable = []
+        if self.adopt is not None:  # created ones too: adopted before they ever run
+            for c in self.engine.containers(all=True, label=f"{TIER}=batch"):
+                ok, why = self.adopt(c)
+                if ok:
+                    adoptable.append(c)
+                elif why is not None:
+                    problems.append(why)
+        aside = {c.id for c in adoptable}
         for c in sorted(self.engine.containers(), key=lambda c: c.name):
-            if c.managed or not c.running:
+            if c.managed or not c.running or c.id in aside:
                 continue
             cg = container_cgroup(c.pid, self.layout)
             if cg is None:
@@ -95,7 +108,7 @@ class DockerDeclarations:
                 c = uncapped(c, capped[cg])
             spec, probs = workload_of(c)
             problems.extend(probs)
-            if is_batch_label(c):
+            if is_batch_label(c) and self.adopt is None:
                 problems.append(
                     problem(
                         c.name,
@@ -125,6 +138,7 @@ class DockerDeclarations:
         if over:
             raise DeclarationError(over)
         self.containers = containers
+        self.adoptable = adoptable
         return decl
 
     def _report(self, problems: tuple[str, ...]) -> None:

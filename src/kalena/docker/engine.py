@@ -100,9 +100,11 @@ class Engine:
     def info(self) -> dict[str, Any]:
         return self._call("info", self.api.info)
 
-    def containers(self, all: bool = False) -> list[ContainerFacts]:
-        """Every (running, unless ``all``) container, inspected; one gone meanwhile is left out."""
-        listed = self._call("list containers", lambda: self.api.containers(all=all))
+    def containers(self, all: bool = False, label: str | None = None) -> list[ContainerFacts]:
+        """Every (running, unless ``all``) container (with ``label``: ``KEY=VALUE`` only those),
+        inspected; one gone meanwhile is left out."""
+        filters = {"label": label} if label else None
+        listed = self._call("list containers", lambda: self.api.containers(all=all, filters=filters))
         out = []
         for c in listed:
             facts = self.inspect(c["Id"])

@@ -55,6 +55,15 @@ def _int(raw: Any) -> int:
     return int(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else 0
 
 
+def _strings(raw: Any) -> tuple[str, ...]:
+    """``Config.Cmd`` / ``Entrypoint``: a list of strings (a string is one shell-form word)."""
+    if isinstance(raw, str):
+        return (raw,)
+    if isinstance(raw, list):
+        return tuple(str(x) for x in raw)
+    return ()
+
+
 def _started(text: Any) -> float | None:
     """``State.StartedAt`` (RFC 3339, nanoseconds) as epoch seconds; Docker's zero time is ``None``."""
     if not isinstance(text, str) or text.startswith("0001-"):
@@ -86,6 +95,9 @@ class ContainerFacts:
     memory_reservation: int = 0
     cgroup_parent: str = ""
     stop_signal: str = ""
+    status: str = ""  # created | running | paused | restarting | removing | exited | dead
+    cmd: tuple[str, ...] = ()
+    entrypoint: tuple[str, ...] = ()
 
     @classmethod
     def from_inspect(cls, data: Mapping[str, Any]) -> ContainerFacts:
@@ -112,6 +124,9 @@ class ContainerFacts:
             memory_reservation=_int(hc.get("MemoryReservation")),
             cgroup_parent=str(hc.get("CgroupParent") or ""),
             stop_signal=str(cfg.get("StopSignal") or ""),
+            status=str(state.get("Status") or ""),
+            cmd=_strings(cfg.get("Cmd")),
+            entrypoint=_strings(cfg.get("Entrypoint")),
         )
 
     @property

@@ -15,6 +15,8 @@ mid-grace resumes it. A finished run's container is removed with its cgroups.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from kalena.agent.actionlog import ActionLog
 from kalena.agent.layout import BATCH_PARENT, CgroupTree
 from kalena.agent.state import JobRecord
@@ -130,6 +132,25 @@ class DockerRuntime:
         self._audit("kill", name, reason, signal="SIGKILL", sent=sent)
         if self.writer.pids(job.cgroup):  # a process that left the container's cgroup for the run's
             self.writer.kill(job.cgroup, reason)
+
+    def sweep(self, keep: Collection[str], reason: str) -> tuple[str, ...]:
+        """Kalena's containers on the engine (by label) in this agent's tree (their cgroup parent
+        under its root: another agent's, with another root, are not this one's) whose run ``keep``
+        does not name."""
+        gone = []
+        for facts in self.engine.containers(all=True, label=f"{MANAGED_BY}={MANAGER}"):
+            name = facts.name.lstrip("/")
+            if not name.startswith("kalena-"):
+                continue
+            cgroup = f"{BATCH_PARENT}/{name[len('kalena-') :]}"
+            if cgroup in keep or facts.cgroup_parent != batch_parent(self.tree, cgroup):
+                continue
+            if facts.running:
+                sent = self.engine.kill(name, "SIGKILL")
+                self._audit("kill", name, reason, signal="SIGKILL", sent=sent)
+            self.cleanup(cgroup, reason)
+            gone.append(cgroup)
+        return tuple(gone)
 
     def started(self, job: JobRecord) -> bool | None:
         """Its container exists and was started (the engine keeps ``StartedAt``); a crash between

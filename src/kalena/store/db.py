@@ -197,19 +197,28 @@ class Store:
                 raise StoreError(f"{where}: cannot make the store's folder: {e.strerror}") from None
         elif self.path.is_dir():
             raise StoreError(f"{self.path}: is a folder, not a store")
+        elif not create and self.path.stat().st_size == 0:
+            raise StoreError(f"{self.path}: an empty file, no store (the agent makes it when it starts)")
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as e:
+            raise StoreError(f"{self.path}: cannot open ({e})") from None
+        try:
             self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            version = self._check()  # before anything is written: a refused file is left as it was
             mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreError(f"{self.path}: cannot use write-ahead logging (journal mode {mode})")
             self.db.execute("PRAGMA synchronous=FULL")
             self._sync = "FULL"
-            self._migrate()
-        except sqlite3.DatabaseError as e:
+            if version != SCHEMA_VERSION:
+                self._create()
+        except BaseException as e:
             with contextlib.suppress(Exception):
                 self.db.close()
-            raise StoreError(f"{self.path}: not a Kalena store ({e})") from None
-        if mode.lower() != "wal":
-            raise StoreError(f"{self.path}: cannot use write-ahead logging (journal mode {mode})")
+            if isinstance(e, sqlite3.DatabaseError):
+                raise StoreError(f"{self.path}: not a Kalena store ({e})") from None
+            raise
 
     def close(self) -> None:
         self.db.close()
@@ -220,10 +229,9 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _migrate(self) -> None:
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
-            return
+    def _check(self) -> int:
+        """The schema version; raises for a newer one or an SQLite database that is not a store."""
+        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path}: schema version {version} is newer than this Kalena's {SCHEMA_VERSION}"
@@ -231,6 +239,9 @@ class Store:
         tables = self.db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
         if version == 0 and tables:
             raise StoreError(f"{self.path}: an SQLite database, but not a Kalena store")
+        return version
+
+    def _create(self) -> None:
         with self.transaction() as db:
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
