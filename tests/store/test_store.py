@@ -60,7 +60,7 @@ def test_a_new_store_is_in_wal_mode_with_schema_version_1(path):
     assert path.is_file()
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"submissions", "cancels", "agent_state", "jobs", "transitions", "events", "series"} <= tables
 
@@ -420,3 +420,17 @@ def test_an_empty_file_is_no_store_for_a_reader(tmp_path):
     with pytest.raises(StoreError, match="empty file"):
         Store(path, create=False)
     assert path.stat().st_size == 0
+
+
+def test_a_version_1_store_gains_the_nodes_table_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "k.db"
+    with Store(path) as store:
+        store.submit([("a", SPEC)], 1.0)
+    with contextlib.closing(sqlite3.connect(path)) as db:  # as a store of schema version 1 was
+        db.execute("DROP TABLE nodes")
+        db.execute("PRAGMA user_version=1")
+        db.commit()
+    with Store(path) as store:
+        assert [p.job for p in store.untaken()[0]] == ["a"]
+        assert store.nodes() == {}
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == 2

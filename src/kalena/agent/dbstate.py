@@ -52,6 +52,7 @@ class DbStateStore:
         self._rows: dict[str, tuple[Any, ...]] = {}
         self._taken: list[tuple[str, int, str]] = []  # (table, seq, outcome) for the next save
         self._series: list[tuple[float, dict[str, tuple[Mapping[str, float], list[float] | None]]]] = []
+        self._node: str | None = None
 
     def load(self, now: float | None = None) -> AgentState | None:
         got = self.store.load_state(self.node)
@@ -75,9 +76,13 @@ class DbStateStore:
         ids = set(usage) | set(reservations)
         self._series.append((now, {w: (usage.get(w, {}), reservations.get(w)) for w in sorted(ids)}))
 
+    def record_node(self, now: float, status: Mapping[str, Any]) -> None:
+        """The node's slack view of ``now``, written with the next save."""
+        self._node = json_text(dict(status))
+
     def save(self, state: AgentState) -> bool:
         text = state_bytes(state).decode()
-        if text == self._last and not self._taken and not self._series:
+        if text == self._last and not self._taken and not self._series and self._node is None:
             return False
         if self._steps is None:
             self._steps = self.store.written_steps()
@@ -122,10 +127,16 @@ class DbStateStore:
                 db.execute(f"UPDATE {table} SET taken_at=?, outcome=? WHERE seq=?", (now, outcome, seq))
             for at, series in self._series:
                 insert_series(db, state.node, at, series)
+            if self._node is not None:
+                db.execute(
+                    "INSERT OR REPLACE INTO nodes(node, at, status) VALUES (?, ?, ?)",
+                    (state.node, now, self._node),
+                )
         self._steps.update(steps)
         self._rows.update(rows)
         self._taken.clear()
         self._series.clear()
+        self._node = None
         self._last = text
         self.writes += 1
         return True

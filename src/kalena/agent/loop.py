@@ -76,7 +76,7 @@ from kalena.core.enforcement.nodes import NodesView
 from kalena.core.estimators import DecayEstimator
 from kalena.core.ledger import Ledger, ReservationUpdate
 from kalena.core.model import Tier
-from kalena.core.resources import DIM_INDEX, NDIM, RAM
+from kalena.core.resources import DIM_INDEX, DIMS, NDIM, RAM
 
 GIB = float(2**30)
 
@@ -426,8 +426,53 @@ class Agent:
         self.state.reservations = reservations
         self.state.last_estimate = now
         self.store.record_series(now, usage, reservations)
+        self.store.record_node(now, self.slack_view(now, usage))
         self.sources.rearm(now)
         return True
+
+    def slack_view(self, now: float, usage: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+        """This node's four series of Borg's slack view (capacity; sum of limits, the requests;
+        sum of reservations; usage) and its batch tasks, for ``kalena status`` and ``/metrics``."""
+        assert self.ledger is not None
+        led = self.ledger
+        k = led.node_index[self.declaration.node.name]
+        rows = led.rows()
+        mine = rows.node == k
+        used = np.zeros(NDIM)
+        for wid in np.asarray(rows.ids, dtype=object)[mine]:
+            for d, v in usage.get(wid, {}).items():
+                if d in DIM_INDEX and math.isfinite(v):
+                    used[DIM_INDEX[d]] += v
+        series = {
+            "capacity": led.capacity[k],
+            "limits": rows.requests[mine].sum(axis=0),
+            "reservations": rows.reservations[mine].sum(axis=0),
+            "usage": used,
+        }
+        dims = [
+            d for i, d in enumerate(DIMS) if any(v[i] > 0 and math.isfinite(v[i]) for v in series.values())
+        ]
+        out: dict[str, Any] = {
+            name: {d: float(v[DIM_INDEX[d]]) if math.isfinite(v[DIM_INDEX[d]]) else None for d in dims}
+            for name, v in series.items()
+        }
+        res = dict(zip(rows.ids, rows.reservations, strict=True))
+        out["batch"] = [
+            {
+                "job": j.name,
+                "run": j.run,
+                "workload": wid,
+                "state": self.state.task(j.name).value,
+                "priority": j.priority,
+                "requests": j.requests,
+                "reservation": {d: float(res[wid][DIM_INDEX[d]]) for d in dims} if wid in res else {},
+                "usage": dict(usage.get(wid, {})),
+            }
+            for wid, j in self.batch.running().items()
+        ]
+        out["production"] = int(np.count_nonzero(mine & ~rows.is_batch))
+        out["at"] = now
+        return out
 
     # -- eviction and escalation ----------------------------------------------------------------
     def _evict(

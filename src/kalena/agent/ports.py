@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from kalena.agent.declaration import Declaration, DeclarationError, load_declaration
 from kalena.agent.runtime import Intake
@@ -95,6 +95,8 @@ class StatePort(Protocol):
     def record_series(
         self, now: float, usage: Mapping[str, Mapping[str, float]], reservations: Mapping[str, list[float]]
     ) -> None: ...
+
+    def record_node(self, now: float, status: Mapping[str, Any]) -> None: ...
 
 
 class SubmissionSource(Protocol):

@@ -367,6 +367,10 @@ class StateStore:
         """The state file keeps no usage or reservation series (the store does: :mod:`.dbstate`)."""
         return None
 
+    def record_node(self, now: float, status: Mapping[str, Any]) -> None:
+        """Nor the node's slack view (the store does)."""
+        return None
+
     def discard_temp_files(self) -> None:
         """Remove temporaries a crash between write and rename left behind."""
         for p in self.path.parent.glob(f".{self.path.name}.tmp-*"):

@@ -14,6 +14,8 @@ What lives here (tables):
 * ``events``: the agent's action log (evictions, throttles, admissions, pending reasons, ...),
   one row per record, with the job and workload it is about.
 * ``series``: per-workload usage and reservation, one row per workload and estimate.
+* ``nodes``: each node's latest slack view (capacity, sum of limits, sum of reservations, usage)
+  and its batch tasks, written by its agent at every estimate (``kalena status``, ``/metrics``).
 
 Durability: WAL with ``synchronous=FULL``: a transaction that returned survives a crash of the
 process and of the machine. ``kalena submit`` answers only after its commit, so an acknowledged
@@ -36,7 +38,7 @@ from typing import Any
 
 from kalena.core.resources import DIMS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: A busy database (another writer's transaction) is waited for this long before an error.
 BUSY_TIMEOUT_MS = 30_000
 #: Column names of the dimensions in ``series`` (``disk.read`` -> ``disk_read``).
@@ -109,7 +111,16 @@ CREATE TABLE series (
     {", ".join(f"reservation_{c} REAL" for c in DIM_COLUMNS)}
 );
 CREATE INDEX series_workload ON series(workload, at);
+CREATE TABLE nodes (
+    node TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    status TEXT NOT NULL
+);
 """
+#: What each older schema version lacks (applied in order by :meth:`Store._create`).
+_MIGRATIONS = {
+    1: "CREATE TABLE nodes (node TEXT PRIMARY KEY, at REAL NOT NULL, status TEXT NOT NULL)",
+}
 
 
 class StoreError(Exception):
@@ -242,10 +253,16 @@ class Store:
         return version
 
     def _create(self) -> None:
+        """The schema (version 0: an empty file) or what an older version lacks, in one transaction."""
         with self.transaction() as db:
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version == 0:
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        db.execute(stmt)
+            else:
+                for v in range(version, SCHEMA_VERSION):
+                    db.execute(_MIGRATIONS[v])
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @contextlib.contextmanager
@@ -372,6 +389,10 @@ class Store:
             (int(s), str(j)): int(n)
             for s, j, n in self.db.execute("SELECT submission, job, count(*) FROM transitions GROUP BY 1, 2")
         }
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        """Each node's latest status (its agent's slack view and batch tasks), by node name."""
+        return {n: json.loads(t) for n, t in self.db.execute("SELECT node, status FROM nodes ORDER BY node")}
 
     # -- reads ----------------------------------------------------------------------------------
     def jobs(self) -> list[JobRow]:
