@@ -278,15 +278,8 @@ class BatchRuns:
     def reap(self, ledger: Ledger, now: float) -> tuple[str, ...]:
         """Runs whose cgroup emptied on their own: ``RemoveBatch`` (finished or failed)."""
         out = []
+        self.resume(ledger, now)
         for wid, job in self.running().items():
-            starting = self.state.task(job.name) is TaskState.STARTING  # only after a crash
-            if starting and self.runtime.started(job) is False:
-                self._start(ledger, job, now)  # saved STARTING, never started: start it now
-                continue
-            if starting:  # a start a crash cut short after it took effect (its admit line may be lost)
-                self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
-                prio = job.priority
-                self.log.append("admit", now, workload=wid, pid=job.pid, priority=prio, resumed=True)
             done, code = self.runtime.finished(job)
             if not done:
                 continue
@@ -318,6 +311,20 @@ class BatchRuns:
             )
             out.append(wid)
         return tuple(out)
+
+    def resume(self, ledger: Ledger, now: float) -> None:
+        """Runs saved STARTING (a crash cut their start short; the agent calls this at start, before
+        anything else can move them): one the runtime says never started is started now; one that
+        did is RUNNING, with the admit line its start may have lost."""
+        for wid, job in self.running().items():
+            if self.state.task(job.name) is not TaskState.STARTING:
+                continue
+            if self.runtime.started(job) is False:
+                self._start(ledger, job, now)
+                continue
+            self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
+            prio = job.priority
+            self.log.append("admit", now, workload=wid, pid=job.pid, priority=prio, resumed=True)
 
     def _oom_killed(self, job: JobRecord) -> bool:
         """The kernel's OOM killer ended a process of the run (v2 ``memory.events`` or v1

@@ -177,6 +177,8 @@ class Agent:
         for cg in self.runtime.sweep(keep, "no run of this agent's state: left by a crash or another agent"):
             self.log.append("swept", now, workload=cg)
         self._install(self.declaration, now)
+        assert self.ledger is not None
+        self.batch.resume(self.ledger, now)  # before a cancel or the round can move a cut-short start
         self.log.append(
             "start",
             now,

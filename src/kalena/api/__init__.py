@@ -1,0 +1,2 @@
+"""The HTTP API (FastAPI) over Kalena's store, its Prometheus metrics, and the queueing both it and
+the CLI use (:mod:`.queue`)."""

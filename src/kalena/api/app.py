@@ -1,0 +1,120 @@
+"""The HTTP API over Kalena's store (FastAPI), served by ``kalena docker serve``.
+
+=======  =========================  ================================================================
+method   path                       what
+=======  =========================  ================================================================
+GET      ``/healthz``               the store answers (no token needed: it says nothing else)
+GET      ``/v1/status``             each node's slack view and batch tasks, and the queue depth
+GET      ``/v1/jobs``               every job (as ``kalena jobs --json``)
+GET      ``/v1/jobs/{id}``          the job and each step with its reason (``kalena job why``)
+POST     ``/v1/jobs``               queue one task or a ``BatchJob`` document: all or none (201)
+POST     ``/v1/jobs/{id}/cancel``   cancel the job
+GET      ``/metrics``               Prometheus text (:mod:`.metrics`)
+=======  =========================  ================================================================
+
+Authentication: with a token, every path but ``/healthz`` needs ``Authorization: Bearer TOKEN``
+(401 otherwise; compared in constant time). :func:`kalena.api.serve.check_bind` refuses to serve a
+non-loopback address without one: the Docker socket behind Kalena is root-equivalent.
+
+Bad input is a 422 whose ``problems`` are the CLI's lines (``FILE: KEY: MESSAGE (value: V)``); a
+name in use or a job that ended is a 409; an unknown job a 404. Nothing is changed by a refused
+request. Each request opens its own connection to the store (uvicorn runs handlers in threads).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, FastAPI, Header, HTTPException, Response
+from fastapi.responses import JSONResponse
+
+from kalena import __version__
+from kalena.agent.runtime import Submission
+from kalena.api import queue
+from kalena.api.metrics import render_metrics
+from kalena.store import Store, StoreConflict, StoreError
+from kalena.store.why import timeline
+
+#: Checks the images of a submission (raises ``QueueRefused``); ``None``: no check.
+ImageCheck = Callable[[list[Submission]], None]
+
+
+def make_app(store_path: Path, token: str | None = None, check_images: ImageCheck | None = None) -> FastAPI:
+    app = FastAPI(title="Kalena", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+
+    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
+        if token is None:
+            return
+        given = (authorization or "").removeprefix("Bearer ").strip()
+        if (
+            not authorization
+            or not authorization.startswith("Bearer ")
+            or not hmac.compare_digest(given, token)
+        ):
+            raise HTTPException(401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+
+    def store() -> Iterator[Store]:
+        try:
+            db = Store(store_path, create=False)
+        except StoreError as e:
+            raise HTTPException(503, str(e)) from None
+        try:
+            yield db
+        finally:
+            db.close()
+
+    Auth = Depends(authorised)
+    Db = Annotated[Store, Depends(store)]
+
+    @app.get("/healthz")
+    def healthz(db: Db) -> dict[str, Any]:
+        return {"ok": True, "store": str(db.path)}
+
+    @app.get("/v1/status", dependencies=[Auth])
+    def status(db: Db) -> dict[str, Any]:
+        queued = sum(1 for j in db.jobs() if j.state in ("submitted", "pending", "requeued"))
+        return {"nodes": db.nodes(), "queue_depth": queued}
+
+    @app.get("/v1/jobs", dependencies=[Auth])
+    def jobs(db: Db) -> list[dict[str, Any]]:
+        return [j.to_json() for j in db.jobs()]
+
+    @app.get("/v1/jobs/{job}", dependencies=[Auth])
+    def job(job: str, db: Db) -> dict[str, Any]:
+        row = db.job(job)
+        if row is None:
+            raise HTTPException(404, f"no job {job!r}")
+        steps = [{"time": t, "state": s, "reason": r, "detail": d} for t, s, r, d in timeline(db, row)]
+        return {"job": row.to_json(), "steps": steps}
+
+    @app.post("/v1/jobs", dependencies=[Auth], status_code=201)
+    def submit(db: Db, body: Annotated[Any, Body()]) -> Any:
+        try:
+            subs = queue.parse(body, "<request body>")
+            if check_images is not None:
+                check_images(subs)
+            seqs = queue.enqueue(db, subs, time.time())
+        except queue.QueueRefused as e:
+            code = (
+                503 if e.code == queue.EXIT_UNAVAILABLE else (409 if e.lines[0].startswith("name:") else 422)
+            )
+            return JSONResponse({"problems": e.lines}, status_code=code)
+        return {"jobs": [{"job": s.name, "submission": q} for s, q in zip(subs, seqs, strict=True)]}
+
+    @app.post("/v1/jobs/{job}/cancel", dependencies=[Auth])
+    def cancel(job: str, db: Db) -> dict[str, str]:
+        try:
+            return {"job": job, "outcome": db.cancel(job, time.time())}
+        except StoreConflict as e:
+            raise HTTPException(404 if "no job" in str(e) else 409, str(e)) from None
+
+    @app.get("/metrics", dependencies=[Auth])
+    def metrics(db: Db) -> Response:
+        body, content_type = render_metrics(db)
+        return Response(body, media_type=content_type)
+
+    return app
