@@ -22,6 +22,7 @@ from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import parse_declaration
 from kalena.agent.layout import detect
 from kalena.agent.writer import Knob, KnobWrite, ManagedScope
+from kalena.api.metrics import render_metrics
 from kalena.cli.main import app
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
@@ -277,6 +278,19 @@ def test_batch_fills_slack_is_throttled_evicted_with_sigterm_requeued_and_runs_a
         assert "pending (requeued)" in text and "placed on node" in text
         listed = json.loads(kalena("jobs", "--store", db, "--json").stdout)
         assert {j["job"]: j["state"] for j in listed}[hi] in ("running", "throttled")
+
+        # 5. the slack view and the counters, for people (kalena status) and Prometheus
+        agent.step()
+        status = json.loads(kalena("status", "--store", db, "--json").stdout)["nodes"]["dk1"]
+        assert status["capacity"]["cpu"] == 2 and status["production"] >= 1
+        assert status["reservations"]["ram"] > 0 and status["usage"]["cpu"] > 0
+        assert hi in [b["job"] for b in status["batch"]]
+        assert "CAPACITY" in kalena("status", "--store", db).stdout
+        with Store(Path(db)) as store:
+            text = render_metrics(store)[0].decode()
+        assert 'kalena_node_capacity{node="dk1",resource="cpu"} 2.0' in text
+        assert 'kalena_evictions_total{node="dk1",reason="reservation-ledger-breach"}' in text
+        assert 'kalena_throttles_total{node="dk1"}' in text and 'kalena_placements_total{node="dk1"} ' in text
     finally:
         agent.shutdown()
         agent.log.close()

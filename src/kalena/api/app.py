@@ -21,26 +21,36 @@ name in use or a job that ended is a 409; an unknown job a 404. Nothing is chang
 request. Each request opens its own connection to the store (uvicorn runs handlers in threads).
 """
 
-from __future__ import annotations
-
 import hmac
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Body, Depends, FastAPI, Header, HTTPException, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from kalena import __version__
 from kalena.agent.runtime import Submission
 from kalena.api import queue
 from kalena.api.metrics import render_metrics
+from kalena.ir.errors import ProblemLog
+from kalena.ir.yamlio import parse_json
 from kalena.store import Store, StoreConflict, StoreError
 from kalena.store.why import timeline
 
+#: The largest submission body read (a job file of many tasks is far less).
+MAX_BODY_BYTES = 8 << 20
 #: Checks the images of a submission (raises ``QueueRefused``); ``None``: no check.
 ImageCheck = Callable[[list[Submission]], None]
+
+
+def _open(path: Path) -> Store:
+    try:
+        return Store(path, create=False)
+    except StoreError as e:
+        raise HTTPException(503, str(e)) from None
 
 
 def make_app(store_path: Path, token: str | None = None, check_images: ImageCheck | None = None) -> FastAPI:
@@ -58,10 +68,7 @@ def make_app(store_path: Path, token: str | None = None, check_images: ImageChec
             raise HTTPException(401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
 
     def store() -> Iterator[Store]:
-        try:
-            db = Store(store_path, create=False)
-        except StoreError as e:
-            raise HTTPException(503, str(e)) from None
+        db = _open(store_path)
         try:
             yield db
         finally:
@@ -91,19 +98,30 @@ def make_app(store_path: Path, token: str | None = None, check_images: ImageChec
         steps = [{"time": t, "state": s, "reason": r, "detail": d} for t, s, r, d in timeline(db, row)]
         return {"job": row.to_json(), "steps": steps}
 
-    @app.post("/v1/jobs", dependencies=[Auth], status_code=201)
-    def submit(db: Db, body: Annotated[Any, Body()]) -> Any:
+    def queue_body(body: bytes) -> Any:
+        log = ProblemLog("<request body>")
+        if len(body) > MAX_BODY_BYTES:
+            return JSONResponse({"problems": [f"<request body>: larger than {MAX_BODY_BYTES} bytes"]}, 413)
+        ok, data = parse_json(body.decode("utf-8", errors="replace"), log)
+        if not ok:
+            return JSONResponse({"problems": [p.render() for p in log.problems]}, status_code=422)
         try:
-            subs = queue.parse(body, "<request body>")
+            subs = queue.parse(data, "<request body>")
             if check_images is not None:
                 check_images(subs)
-            seqs = queue.enqueue(db, subs, time.time())
+            with _open(store_path) as db:
+                seqs = queue.enqueue(db, subs, time.time())
         except queue.QueueRefused as e:
-            code = (
-                503 if e.code == queue.EXIT_UNAVAILABLE else (409 if e.lines[0].startswith("name:") else 422)
-            )
+            conflict = e.lines[0].startswith("name:")
+            code = 503 if e.code == queue.EXIT_UNAVAILABLE else (409 if conflict else 422)
             return JSONResponse({"problems": e.lines}, status_code=code)
-        return {"jobs": [{"job": s.name, "submission": q} for s, q in zip(subs, seqs, strict=True)]}
+        jobs = [{"job": s.name, "submission": q} for s, q in zip(subs, seqs, strict=True)]
+        return JSONResponse({"jobs": jobs}, status_code=201)
+
+    @app.post("/v1/jobs", dependencies=[Auth], status_code=201)
+    async def submit(request: Request) -> Any:
+        body = await request.body()
+        return await run_in_threadpool(queue_body, body)  # its own connection, in one thread
 
     @app.post("/v1/jobs/{job}/cancel", dependencies=[Auth])
     def cancel(job: str, db: Db) -> dict[str, str]:

@@ -31,13 +31,16 @@ from kalena.agent.layout import (
 )
 from kalena.agent.loop import StepReport
 from kalena.agent.psi import PsiTrigger, PsiUnavailable, TriggerSpec
-from kalena.agent.runtime import SubmissionError, parse_submission, submit
+from kalena.agent.runtime import Submission, SubmissionError, parse_submission, submit
 from kalena.agent.state import StateStore
+from kalena.api.app import make_app
+from kalena.api.queue import check_images
+from kalena.api.serve import ApiServer, BindRefused, Listen, check_bind, parse_listen
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import TERMINAL
 from kalena.core.validate import ConfigError
-from kalena.docker.agent import DOCKER_ROOT, build_docker_agent
+from kalena.docker.agent import DOCKER_ROOT, STORE_FILE, build_docker_agent
 from kalena.docker.cgroups import DriverError
 from kalena.docker.engine import DEFAULT_ENDPOINT, EngineError, TlsFiles
 
@@ -145,6 +148,19 @@ def run(
     verbose: Annotated[
         bool, typer.Option("--verbose", metavar="", help="One line per round with actions.")
     ] = False,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen", help="Serve the HTTP API here too (HOST:PORT or unix:PATH; --runtime docker)."
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="The API's bearer token (needed off loopback).")
+    ] = None,
+    api_tls_cert: Annotated[
+        Path | None, typer.Option("--api-tls-cert", help="The API's TLS certificate.")
+    ] = None,
+    api_tls_key: Annotated[Path | None, typer.Option("--api-tls-key", help="The API's TLS key.")] = None,
 ) -> None:
     """Run the agent on this host until SIGTERM or SIGINT."""
     if runtime not in ("process", "docker"):
@@ -158,6 +174,7 @@ def run(
         raise _fail(
             [f"--duration: must be a finite number of seconds >= 0 (value: {duration!r})"], EXIT_BAD_INPUT
         )
+    api = _api_options(listen, token_file, api_tls_cert, api_tls_key, runtime)
     _check_cgroup_root(cgroup_root)
     if state_dir.exists() and not state_dir.is_dir():
         raise _fail([f"--state-dir: must be a folder, and {state_dir} is a file"], EXIT_BAD_INPUT)
@@ -230,13 +247,63 @@ def run(
         if verbose and (acts or rep.events):
             typer.echo(f"{rep.time:.3f} events={len(rep.events)} {' '.join(acts)}", err=True)
 
+    server = None
+    if api is not None:
+        where, token, cert, key = api
+        store_path = state_dir / STORE_FILE
+
+        def images(subs: list[Submission]) -> None:
+            check_images(subs, docker_host, tls)
+
+        server = ApiServer(make_app(store_path, token, images), where, cert, key)
+        try:
+            server.start()
+        except OSError as e:
+            agent.shutdown()
+            raise _fail([f"--listen: {where.describe()}: {e}"], EXIT_HOST) from None
+        scheme = "https" if cert else "http"
+        shown = where.describe() if where.socket else f"{scheme}://{where.describe()}"
+        typer.echo(f"  api {shown}{' (token required)' if token else ''}", err=True)
     try:
         agent.run(
             should_stop=lambda: stop["now"] or (end is not None and time.monotonic() >= end), on_step=on_step
         )
     finally:
+        if server is not None:
+            server.stop()
         agent.shutdown()
         agent.log.close()
+
+
+def _api_options(
+    listen: str | None, token_file: Path | None, cert: Path | None, key: Path | None, runtime: str
+) -> tuple[Listen, str | None, Path | None, Path | None] | None:
+    """The API's address, token and TLS files, checked before anything starts (``None``: no API)."""
+    if listen is None:
+        if token_file or cert or key:
+            raise _fail(["--token-file/--api-tls-*: only with --listen"], EXIT_BAD_INPUT)
+        return None
+    if runtime != "docker":
+        raise _fail(["--listen: the HTTP API serves the store of --runtime docker"], EXIT_BAD_INPUT)
+    token = None
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as e:
+            raise _fail([f"--token-file: {token_file}: {e.strerror or e}"], EXIT_BAD_INPUT) from None
+        if len(token) < 16:
+            raise _fail([f"--token-file: {token_file}: the token must have at least 16 characters"], 2)
+    if (cert is None) != (key is None):
+        raise _fail(["--api-tls-cert and --api-tls-key: give both or neither"], EXIT_BAD_INPUT)
+    for f, opt in ((cert, "--api-tls-cert"), (key, "--api-tls-key")):
+        if f is not None and not f.is_file():
+            raise _fail([f"{opt}: no such file (value: {str(f)!r})"], EXIT_BAD_INPUT)
+    try:
+        where = parse_listen(listen)
+        check_bind(where, token)
+    except BindRefused as e:
+        raise _fail([str(e)], EXIT_BAD_INPUT) from None
+    return where, token, cert, key
 
 
 @app.command("submit")

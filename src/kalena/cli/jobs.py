@@ -14,7 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -192,3 +192,57 @@ def cancel(job: Annotated[str, typer.Argument(help="The job id.")], store: Store
     finally:
         db.close()
     typer.echo(f"{job}: {'withdrawn' if outcome == 'withdrawn' else 'cancel requested'}")
+
+
+def _q(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.3g}"
+
+
+def status(store: StorePath = DEFAULT_STORE, as_json: AsJson = False) -> None:
+    """Per node, Borg's slack view (capacity, sum of limits, sum of reservations, usage) and its
+    batch tasks, as its agent last wrote them; and the queue."""
+    db = _open(store)
+    try:
+        nodes = db.nodes()
+        queued = [j for j in db.jobs() if j.state in ("submitted", "pending", "requeued")]
+    finally:
+        db.close()
+    if as_json:
+        json.dump({"nodes": nodes, "queue_depth": len(queued)}, sys.stdout, indent=2, sort_keys=True)
+        typer.echo()
+        return
+    console = Console(width=200, highlight=False)
+    if not nodes:
+        console.print(f"no node has reported to {escape(str(store))} yet (is the agent running?)")
+    for name, st in nodes.items():
+        age = time.time() - float(st.get("at") or 0)
+        console.print(f"node {escape(name)}: {st.get('production', 0)} production, reported {age:.0f} s ago")
+        view = Table("RESOURCE", "CAPACITY", "LIMITS", "RESERVATIONS", "USAGE", box=None)
+        for dim in st.get("capacity") or {}:
+            view.add_row(
+                dim,
+                *(_q((st.get(k) or {}).get(dim)) for k in ("capacity", "limits", "reservations", "usage")),
+            )
+        console.print(view)
+        tasks = st.get("batch") or []
+        if tasks:
+            t = Table(
+                "BATCH",
+                "RUN",
+                "STATE",
+                "PRIORITY",
+                "CPU REQ",
+                "CPU RES",
+                "CPU USE",
+                "RAM REQ",
+                "RAM USE",
+                box=None,
+            )
+            for b in tasks:
+                req, res, use = b.get("requests") or {}, b.get("reservation") or {}, b.get("usage") or {}
+                t.add_row(
+                    escape(b["job"]), str(b["run"]), b["state"], str(b["priority"]), _q(req.get("cpu")),
+                    _q(res.get("cpu")), _q(use.get("cpu")), _q(req.get("ram")), _q(use.get("ram")),
+                )  # fmt: skip
+            console.print(t)
+    console.print(f"queue: {len(queued)} job(s) waiting")

@@ -12,7 +12,7 @@ import typer
 
 from kalena import __version__
 from kalena.cli import agent as agent_cli
-from kalena.cli import deployable, ir, jobs
+from kalena.cli import deployable, docker, ir, jobs
 from kalena.cli import simulate as simulate_cli
 
 app = typer.Typer(
@@ -28,7 +28,9 @@ app.add_typer(agent_cli.app, name="agent")
 app.command("deployable")(deployable.command)
 app.command("submit")(jobs.submit)
 app.command("jobs")(jobs.jobs)
+app.command("status")(jobs.status)
 app.add_typer(jobs.job_app, name="job")
+app.add_typer(docker.app, name="docker")
 
 
 def _version(value: bool) -> None:
