@@ -166,6 +166,7 @@ def test_a_unix_socket(store_path, tmp_path):
     server = ApiServer(make_app(store_path), Listen(socket=sock))
     server.start()
     try:
+        assert sock.stat().st_mode & 0o777 == 0o600  # root's only: the API reaches the Docker socket
         client = httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)))
         assert client.get("http://kalena/healthz").json()["ok"] is True
         assert client.post("http://kalena/v1/jobs", json=TASK).status_code == 201
@@ -191,3 +192,31 @@ def test_serve_refuses_a_wide_bind_without_a_token_before_starting_anything(tmp_
     r = CliRunner().invoke(app, ["docker", "serve", "--state-dir", str(state), "--token-file", str(short)])
     assert r.exit_code == 2 and "at least 16 characters" in r.stderr
     assert not state.exists()  # nothing was made
+
+
+def test_the_agent_commands_of_the_inbox_point_a_docker_agent_to_its_store(tmp_path):
+    from typer.testing import CliRunner
+
+    from kalena.cli.main import app
+
+    state = tmp_path / "state"
+    state.mkdir()
+    Store(state / "kalena.db").close()
+    r = CliRunner().invoke(app, ["agent", "submit", "--state-dir", str(state), "--name", "a", "--", "true"])
+    assert r.exit_code == 2 and "kalena submit" in r.stderr and "kalena.db" in r.stderr
+    assert not (state / "inbox").exists()
+    r = CliRunner().invoke(app, ["agent", "status", "--state-dir", str(state)])
+    assert r.exit_code == 2 and "kalena status" in r.stderr
+
+
+def test_a_corrupt_store_stops_the_docker_agent_with_exit_3(tmp_path):
+    from typer.testing import CliRunner
+
+    from kalena.cli.main import app
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "kalena.db").write_text("not a database at all, just text " * 100)
+    r = CliRunner().invoke(app, ["agent", "run", "--runtime", "docker", "--state-dir", str(state)])
+    assert r.exit_code == 3, r.output  # the engine or the store: either cannot be used
+    assert "cannot run the agent on this host" in r.stderr and "Traceback" not in r.output

@@ -79,7 +79,7 @@ def make_app(store_path: Path, token: str | None = None, check_images: ImageChec
 
     @app.get("/healthz")
     def healthz(db: Db) -> dict[str, Any]:
-        return {"ok": True, "store": str(db.path)}
+        return {"ok": True}
 
     @app.get("/v1/status", dependencies=[Auth])
     def status(db: Db) -> dict[str, Any]:

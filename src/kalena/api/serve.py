@@ -59,7 +59,8 @@ def check_bind(listen: Listen, token: str | None) -> None:
     """A non-loopback TCP address needs a token: whoever reaches the API reaches the Docker socket."""
     if listen.socket is None and not is_loopback(listen.host or "") and not token:
         raise BindRefused(
-            f"--listen: {listen.describe()} is not loopback; give --token-file (and --tls-cert/--tls-key)"
+            f"--listen: {listen.describe()} is not loopback; give --token-file"
+            " (and --api-tls-cert/--api-tls-key)"
         )
 
 
@@ -70,6 +71,7 @@ class ApiServer:
         self, app: FastAPI, listen: Listen, tls_cert: Path | None = None, tls_key: Path | None = None
     ) -> None:
         kw: dict[str, object] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
+        self.socket = listen.socket
         if listen.socket is not None:
             kw["uds"] = str(listen.socket)
         else:
@@ -88,6 +90,8 @@ class ApiServer:
             threading.Event().wait(0.05)
         if not self.server.started:
             raise OSError("the HTTP API did not start (is the address in use?)")
+        if self.socket is not None:
+            self.socket.chmod(0o600)  # uvicorn leaves it writable by all; the API is root's
 
     def stop(self) -> None:
         self.server.should_exit = True

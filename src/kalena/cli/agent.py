@@ -35,7 +35,7 @@ from kalena.agent.runtime import Submission, SubmissionError, parse_submission, 
 from kalena.agent.state import StateStore
 from kalena.api.app import make_app
 from kalena.api.queue import check_images
-from kalena.api.serve import ApiServer, BindRefused, Listen, check_bind, parse_listen
+from kalena.api.serve import ApiServer, BindRefused, Listen, check_bind, is_loopback, parse_listen
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import TERMINAL
@@ -43,6 +43,7 @@ from kalena.core.validate import ConfigError
 from kalena.docker.agent import DOCKER_ROOT, STORE_FILE, build_docker_agent
 from kalena.docker.cgroups import DriverError
 from kalena.docker.engine import DEFAULT_ENDPOINT, EngineError, TlsFiles
+from kalena.store import StoreError
 
 app = typer.Typer(help="The Linux node agent: cgroups, PSI, throttling and eviction.", no_args_is_help=True)
 
@@ -218,7 +219,7 @@ def run(
             )
     except DeclarationError as e:
         raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
-    except (EngineError, DriverError) as e:
+    except (EngineError, DriverError, StoreError) as e:
         raise _fail([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
     except (LayoutError, OSError) as e:
         raise _fail([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
@@ -264,6 +265,10 @@ def run(
         scheme = "https" if cert else "http"
         shown = where.describe() if where.socket else f"{scheme}://{where.describe()}"
         typer.echo(f"  api {shown}{' (token required)' if token else ''}", err=True)
+        if token and not cert and where.socket is None and not is_loopback(where.host or ""):
+            typer.echo(
+                "  warning: the token travels in clear text: give --api-tls-cert/--api-tls-key", err=True
+            )
     try:
         agent.run(
             should_stop=lambda: stop["now"] or (end is not None and time.monotonic() >= end), on_step=on_step
@@ -273,6 +278,17 @@ def run(
             server.stop()
         agent.shutdown()
         agent.log.close()
+
+
+def _not_a_store(state_dir: Path) -> None:
+    """A Docker agent's folder keeps its queue in its store, not in an inbox: say where to go."""
+    if (state_dir / STORE_FILE).exists():
+        db = state_dir / STORE_FILE
+        raise _fail(
+            [f"--state-dir: this agent keeps its jobs in its store {db}: use kalena submit, kalena jobs "
+             f"or kalena status with --store {db}"],
+            EXIT_BAD_INPUT,
+        )  # fmt: skip
 
 
 def _api_options(
@@ -348,6 +364,7 @@ def submit_cmd(
             [f"--state-dir: {state_dir} is not a folder (the agent's --state-dir, made by agent run)"],
             EXIT_BAD_INPUT,
         )
+    _not_a_store(state_dir)
     try:
         sub = parse_submission(data, "<command line>")
     except SubmissionError as e:
@@ -439,6 +456,7 @@ def detect_cmd() -> None:
 @app.command()
 def status(state_dir: StateDir) -> None:
     """Print the agent's state file (jobs, evictions in flight) as JSON."""
+    _not_a_store(state_dir)
     try:
         state = StateStore(state_dir / "state.json").load()
     except (OSError, ValueError) as e:

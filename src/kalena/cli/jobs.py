@@ -93,7 +93,8 @@ def submit(
     """Queue batch work: one task (--image ... -- COMMAND) or a job file's tasks (-f), all or none."""
     try:
         if file is not None:
-            if command or image or name:
+            given = command or image or name or priority or request or limit or label or slack_memory
+            if given:
                 raise _fail(["--file: give the tasks in the file, not on the command line"], EXIT_BAD_INPUT)
             try:
                 subs = load_job_file(file)
@@ -192,6 +193,10 @@ def cancel(job: Annotated[str, typer.Argument(help="The job id.")], store: Store
     finally:
         db.close()
     typer.echo(f"{job}: {'withdrawn' if outcome == 'withdrawn' else 'cancel requested'}")
+
+
+#: The units of the store's quantities (the IR's: cores, GiB, bytes per second).
+UNITS = {"cpu": "cores", "ram": "GiB", "gpu": "devices", "storage": "GiB"}
 
 
 def _q(v: Any) -> str:
