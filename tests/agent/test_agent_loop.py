@@ -690,7 +690,7 @@ def test_a_run_the_shrunk_node_cannot_hold_is_evicted_as_readmission_rejected_an
     assert _walk(h, "a")[3:] == [
         ("running", "started"),
         ("evicting", "readmission-rejected"),
-        ("evicted", "grace-expired"),  # killed at once: no grace
+        ("evicted", "exited"),  # SIGTERM first, as any eviction: the sleep exits within its grace
         ("pending", "requeued"),  # no cooldown: schedulable again at once
     ]
     assert "Insufficient ram" in h.agent.state.jobs["a"].why_pending

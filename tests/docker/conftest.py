@@ -61,3 +61,23 @@ def cgroup_root(tag: str) -> Iterator[str]:
     yield root
     for top in Path("/sys/fs/cgroup").glob("*/" + root.lstrip("/")):
         remove_empty_tree(top)
+
+
+@pytest.fixture(scope="session")
+def second_engine(engine: Engine) -> Iterator[Engine]:
+    """A second Docker engine on this machine (its own dockerd, data root and socket), with the
+    test image; stopped and removed at the end of the session."""
+    import tempfile
+
+    from kalena.testing.docker import SecondEngine
+
+    base = Path(tempfile.mkdtemp(prefix="kd2-", dir="/tmp"))  # short: the socket path has a limit
+    second = SecondEngine(base)
+    try:
+        made = second.wait()
+        busybox_image(made)
+    except (RuntimeError, NoStaticBusybox) as e:
+        second.stop()
+        pytest.skip(f"no second Docker engine: {e}")
+    yield made
+    second.stop()

@@ -237,8 +237,10 @@ class BatchRuns:
 
     # -- ledger rebuild -------------------------------------------------------------------------
     def replace(self, ledger: Ledger, now: float) -> None:
-        """Put the running runs back into a freshly built ledger (start, declaration reload)."""
-        for job in sorted(self.running().values(), key=lambda j: (j.started_at or 0.0, j.name)):
+        """Put the running runs back into a freshly built ledger (start, declaration reload): the
+        highest priority first (then the oldest), so what no longer fits is the lowest priority."""
+        runs = self.running().values()
+        for job in sorted(runs, key=lambda j: (-j.priority, j.started_at or 0.0, j.name)):
             res = ledger.apply(
                 PlaceBatch(batch_spec(job), self.node_of(ledger), ledger.node_epoch(self.node_of(ledger)))
             )
@@ -246,9 +248,12 @@ class BatchRuns:
                 self._unplaceable(job, res.reasons, now)
 
     def _unplaceable(self, job: JobRecord, reasons: Sequence[Any], now: float) -> None:
-        """A run the rebuilt ledger cannot hold (the node shrank under it): stop it, requeue it."""
+        """A run the rebuilt ledger cannot hold (the node shrank under it, or production arrived):
+        stop it as any eviction, its stop signal first and SIGKILL after the grace period (the
+        evictor keeps the deadline), and requeue it."""
         assert job.cgroup is not None and job.workload_id is not None
         cause = EvictionCause.READMISSION_REJECTED
+        grace = self.config.policy.eviction.grace_period_s
         self.state.move(job.name, TaskState.EVICTING, now, eviction_reason(cause))
         self.state.eviction_seq += 1
         rec = EvictionRecord(
@@ -258,21 +263,26 @@ class BatchRuns:
             tier="batch",
             cause=cause.value,
             started_at=now,
-            deadline=now,
+            deadline=now + grace,
             pids=list(self.reader.procs(job.cgroup)),
-            status="killed",
+            status="terminating" if grace > 0 else "killed",
             logged=True,
             requeue_until=now,
             job=job.name,
         )
         self.state.evictions.append(rec)
-        self.store.save(self.state)  # write-ahead, as the evictor's: recorded before the kill
+        self.store.save(self.state)  # write-ahead, as the evictor's: recorded before the signal
         reasons_json = [reason_json(r) for r in reasons]
+        said = {"workload": rec.workload, "cause": rec.cause, "reasons": reasons_json}
         self.log.append(
-            "evict", now, sync=True, id=rec.id, workload=rec.workload, cause=rec.cause, reasons=reasons_json
-        )
+            "evict", now, sync=True, id=rec.id, workload=rec.workload, cause=rec.cause, reasons=reasons_json,
+            deadline=rec.deadline, why=said,
+        )  # fmt: skip
         why = f"{rec.id}: {job.workload_id} no longer fits the node"
-        self.runtime.kill(job, why)  # all of the run (the port's contract)
+        if grace > 0:
+            self.runtime.terminate(job, why + f" (SIGKILL in {grace:g} s)")
+        else:
+            self.runtime.kill(job, why)  # all of the run (the port's contract)
 
     # -- completion -----------------------------------------------------------------------------
     def reap(self, ledger: Ledger, now: float) -> tuple[str, ...]:

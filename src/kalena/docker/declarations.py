@@ -27,7 +27,17 @@ from kalena.core.resources import DIMS, Resources
 from kalena.core.tolerance import REL_TOL
 from kalena.docker.cgroups import container_cgroup
 from kalena.docker.engine import Engine, EngineError, EventWatch
-from kalena.docker.labels import DEFAULT_CPU_PERIOD_US, ContainerFacts, is_batch_label, problem, workload_of
+from kalena.docker.labels import (
+    DEFAULT_CPU_PERIOD_US,
+    SWARM_CONSTRAINTS,
+    SWARM_SERVICE,
+    ContainerFacts,
+    is_batch_label,
+    problem,
+    swarm_constraints,
+    swarm_reservations,
+    workload_of,
+)
 from kalena.ir.errors import Problem
 
 GIB = float(2**30)
@@ -98,6 +108,8 @@ class DockerDeclarations:
                 elif why is not None:
                     problems.append(why)
         aside = {c.id for c in adoptable}
+        services = self.engine.services()  # Swarm: the services' reservations (on a manager)
+        swarm_worker = (info.get("Swarm") or {}).get("LocalNodeState") == "active" and not services
         for c in sorted(self.engine.containers(), key=lambda c: c.name):
             if c.managed or not c.running or c.id in aside:
                 continue
@@ -106,8 +118,22 @@ class DockerDeclarations:
                 continue  # it stopped between the listing and now: the next listing has it right
             if cg in capped:
                 c = uncapped(c, capped[cg])
-            spec, probs = workload_of(c)
+            service = services.get(c.labels.get(SWARM_SERVICE, ""))
+            spec, probs = workload_of(c, swarm_reservations(service) if service else None)
             problems.extend(probs)
+            if service is not None and swarm_constraints(service):
+                labels = {**spec.labels, SWARM_CONSTRAINTS: "; ".join(swarm_constraints(service))}
+                spec = dataclasses.replace(spec, labels=labels)
+            elif service is None and SWARM_SERVICE in c.labels and swarm_worker:
+                problems.append(
+                    problem(
+                        c.name,
+                        SWARM_SERVICE,
+                        "a swarm worker cannot read its service's reservations; its own settings and "
+                        "Kalena's labels are its requests",
+                        c.labels[SWARM_SERVICE],
+                    )
+                )
             if is_batch_label(c) and self.adopt is None:
                 problems.append(
                     problem(

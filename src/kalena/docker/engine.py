@@ -100,6 +100,15 @@ class Engine:
     def info(self) -> dict[str, Any]:
         return self._call("info", self.api.info)
 
+    def services(self) -> dict[str, dict[str, Any]]:
+        """Swarm services by id (``inspect``), on a manager; ``{}`` outside a swarm or on a worker,
+        whose engine cannot answer for the swarm's services."""
+        swarm = self.info().get("Swarm") or {}
+        if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
+            return {}
+        listed = self._call("list services", self.api.services)
+        return {str(svc["ID"]): svc for svc in listed}
+
     def containers(self, all: bool = False, label: str | None = None) -> list[ContainerFacts]:
         """Every (running, unless ``all``) container (with ``label``: ``KEY=VALUE`` only those),
         inspected; one gone meanwhile is left out."""

@@ -10,7 +10,10 @@ the eight dimensions), otherwise from the container's own settings:
 * cpu limit: ``--cpus`` (``NanoCpus``), else ``--cpu-quota`` / ``--cpu-period``;
 * cpu request: ``--cpu-shares`` / 1024 (Kubernetes' own mapping of a request to shares), else
   the cpu limit;
-* ram limit: ``--memory``; ram request: ``--memory-reservation``, else the ram limit.
+* ram limit: ``--memory``; ram request: ``--memory-reservation``, else the ram limit;
+* a Swarm task's container: its service's reservations (``--reserve-cpu``, ``--reserve-memory``)
+  are its requests, read from the Swarm API on a manager (a worker's engine cannot answer for
+  services: there the container's own settings and Kalena's labels apply).
 
 A request without a limit stays without a limit (the node's capacity is the ceiling), and a
 limit without a request gives the request (as Kubernetes defaults a request to its limit). A
@@ -200,14 +203,42 @@ def _label_quantities(c: ContainerFacts, prefix: str, problems: list[str]) -> di
     return out
 
 
-def workload_of(c: ContainerFacts) -> tuple[WorkloadSpec, tuple[str, ...]]:
-    """The container as a workload, and every problem of its labels (module docstring)."""
+#: On the containers of Swarm tasks: the service they belong to.
+SWARM_SERVICE = "com.docker.swarm.service.id"
+#: Where a Swarm task's placement constraints are kept in its workload's labels (informational).
+SWARM_CONSTRAINTS = "com.docker.swarm.constraints"
+
+
+def swarm_reservations(service: Mapping[str, Any]) -> dict[str, float]:
+    """A Swarm service's reservations (``--reserve-cpu``, ``--reserve-memory``) in IR units."""
+    spec = service.get("Spec") or {}
+    res = ((spec.get("TaskTemplate") or {}).get("Resources") or {}).get("Reservations") or {}
+    out = {}
+    if _int(res.get("NanoCPUs")) > 0:
+        out["cpu"] = _int(res["NanoCPUs"]) / 1e9
+    if _int(res.get("MemoryBytes")) > 0:
+        out["ram"] = _int(res["MemoryBytes"]) / GIB
+    return out
+
+
+def swarm_constraints(service: Mapping[str, Any]) -> list[str]:
+    spec = service.get("Spec") or {}
+    placement = (spec.get("TaskTemplate") or {}).get("Placement") or {}
+    return [str(x) for x in placement.get("Constraints") or []]
+
+
+def workload_of(
+    c: ContainerFacts, reserved: Mapping[str, float] | None = None
+) -> tuple[WorkloadSpec, tuple[str, ...]]:
+    """The container as a workload, and every problem of its labels (module docstring).
+    ``reserved``: what its Swarm service reserves (IR units), the request where no label says."""
     problems: list[str] = []
     cls = classify(c.workload_id, c.labels)
     problems.extend(
         problem(c.name, p.key, f"{p.reason}; treated as service with defaults", p.value) for p in cls.problems
     )
     req, lim = settings_resources(c)
+    req.update(reserved or {})  # Swarm schedules by reservations: they are its requests
     label_req = _label_quantities(c, REQUEST, problems)
     label_lim = _label_quantities(c, LIMIT, problems)
     for dim, v in label_lim.items():

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import io
 import shutil
+import signal
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
-from kalena.docker.engine import Engine
+from kalena.docker.engine import Engine, connect
 
 IMAGE = "kalena-test/busybox:1"
 APPLETS = ("sh", "sleep", "dd", "cat", "rm", "mkdir", "ls", "echo", "true", "kill", "head", "yes")
@@ -58,3 +60,51 @@ def busybox_image(engine: Engine, name: str = IMAGE) -> str:
     repo, _, tag = name.partition(":")
     engine.api.import_image_from_data(rootfs_tar(static_busybox()), repository=repo, tag=tag or "latest")
     return name
+
+
+class SecondEngine:
+    """Another ``dockerd`` on this machine, with its own data root, exec root, pid file and socket
+    (the flags of ``scripts/start-dockerd.sh``): a second Docker host for the tests. ``stop()``
+    ends it and removes its folders."""
+
+    def __init__(self, base: Path, name: str = "second") -> None:
+        self.base = base
+        self.sock = base / "docker.sock"
+        self.endpoint = f"unix://{self.sock}"
+        base.mkdir(parents=True, exist_ok=True)
+        dockerd = shutil.which("dockerd")
+        if dockerd is None:
+            raise RuntimeError("no dockerd on this machine (apt-get install docker.io)")
+        self.log = open(base / "dockerd.log", "ab")  # noqa: SIM115 - the engine's, for a failure's story
+        self.proc = subprocess.Popen(
+            [dockerd, "--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver=vfs",
+             "--data-root", str(base / "data"), "--exec-root", str(base / "exec"),
+             "--pidfile", str(base / "docker.pid"), "-H", self.endpoint],
+            stdout=self.log, stderr=self.log, start_new_session=True,
+        )  # fmt: skip
+        self.name = name
+
+    def wait(self, bound_s: float = 60.0) -> Engine:
+        end = time.monotonic() + bound_s
+        last: Exception | None = None
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                break
+            try:
+                return Engine(connect(self.endpoint), self.endpoint)
+            except Exception as e:
+                last = e
+                time.sleep(0.5)
+        tail = (self.base / "dockerd.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"the second dockerd did not answer ({last}); its log ends:\n{tail}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.base, ignore_errors=True)
