@@ -39,17 +39,17 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("pending", "placed"): {"admitted"},
     ("placed", "pending"): {"unplaced"},
     ("placed", "starting"): {"start-requested"},
-    ("placed", "evicted"): EVICT,
+    ("placed", "evicted"): EVICT | {"node-lost"},
     ("starting", "running"): {"started"},
     ("running", "throttled"): {"throttled"},
     ("throttled", "running"): {"unthrottled"},
     **{(s, "evicting"): EVICT for s in LIVE},
-    **{(s, "evicted"): EVICT | {"killed-oom", "exit-error"} for s in ("running", "throttled")},
-    ("starting", "evicted"): EVICT | {"killed-oom", "exit-error", "start-failed"},
+    **{(s, "evicted"): EVICT | {"killed-oom", "exit-error", "node-lost"} for s in ("running", "throttled")},
+    ("starting", "evicted"): EVICT | {"killed-oom", "exit-error", "start-failed", "node-lost"},
     **{(s, "succeeded"): {"finished"} for s in LIVE},
     **{(s, "failed"): {"killed-oom", "exit-error"} for s in ("running", "throttled")},
     ("starting", "failed"): {"killed-oom", "exit-error", "start-failed"},
-    ("evicting", "evicted"): {"exited", "grace-expired", "killed-oom"},
+    ("evicting", "evicted"): {"exited", "grace-expired", "killed-oom", "node-lost"},
     ("evicted", "requeued"): {"requeued"},
     ("evicted", "pending"): {"requeued"},
     ("evicted", "failed"): {"given-up"},
@@ -95,8 +95,9 @@ def test_states_and_reasons_keep_their_stable_values():
         "throttled", "unthrottled", "evicted-ledger-breach", "evicted-limit-breach",
         "escalation-drain", "readmission-rejected", "exited", "grace-expired", "killed-oom",
         "exit-error", "finished", "requeued", "cooldown-over", "given-up", "cancelled", "restored",
+        "node-lost",
     ]  # fmt: skip
-    assert [s.code for s in STATES] == list(range(11)) and [r.code for r in REASONS] == list(range(22))
+    assert [s.code for s in STATES] == list(range(11)) and [r.code for r in REASONS] == list(range(23))
 
 
 def test_the_table_is_the_one_written_out_here():

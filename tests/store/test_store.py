@@ -60,7 +60,7 @@ def test_a_new_store_is_in_wal_mode_with_schema_version_1(path):
     assert path.is_file()
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"submissions", "cancels", "agent_state", "jobs", "transitions", "events", "series"} <= tables
 
@@ -433,4 +433,4 @@ def test_a_version_1_store_gains_the_nodes_table_and_keeps_its_rows(tmp_path):
     with Store(path) as store:
         assert [p.job for p in store.untaken()[0]] == ["a"]
         assert store.nodes() == {}
-        assert store.db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == 3

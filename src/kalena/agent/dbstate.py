@@ -53,6 +53,7 @@ class DbStateStore:
         self._taken: list[tuple[str, int, str]] = []  # (table, seq, outcome) for the next save
         self._series: list[tuple[float, dict[str, tuple[Mapping[str, float], list[float] | None]]]] = []
         self._node: str | None = None
+        self.last_node: dict[str, Any] | None = None
 
     def load(self, now: float | None = None) -> AgentState | None:
         got = self.store.load_state(self.node)
@@ -77,8 +78,9 @@ class DbStateStore:
         self._series.append((now, {w: (usage.get(w, {}), reservations.get(w)) for w in sorted(ids)}))
 
     def record_node(self, now: float, status: Mapping[str, Any]) -> None:
-        """The node's slack view of ``now``, written with the next save."""
+        """The node's slack view of ``now``, written with the next save (and kept: ``last_node``)."""
         self._node = json_text(dict(status))
+        self.last_node = dict(status)
 
     def save(self, state: AgentState) -> bool:
         text = state_bytes(state).decode()

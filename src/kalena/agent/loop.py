@@ -153,6 +153,8 @@ class Agent:
         self.monotonic = monotonic
         self.round_state = RoundState.initial(1)
         self.ledger: Ledger | None = None
+        #: Called with the agent after each round of :meth:`run` (a cluster link's report).
+        self.after_step: list[Callable[[Agent], None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -222,6 +224,8 @@ class Agent:
             now = self.clock()
             if events or now >= due:
                 report = self.step(events)
+                for hook in self.after_step:
+                    hook(self)
                 if on_step is not None:
                     on_step(report)
             if now >= next_tick:
@@ -450,6 +454,9 @@ class Agent:
             "limits": rows.requests[mine].sum(axis=0),
             "reservations": rows.reservations[mine].sum(axis=0),
             "usage": used,
+            # production's part, for a cluster daemon's ledger (batch it counts run by run)
+            "production_limits": rows.requests[mine & ~rows.is_batch].sum(axis=0),
+            "production_reservations": rows.reservations[mine & ~rows.is_batch].sum(axis=0),
         }
         dims = [
             d for i, d in enumerate(DIMS) if any(v[i] > 0 and math.isfinite(v[i]) for v in series.values())

@@ -88,6 +88,9 @@ class JobRecord:
     labels: dict[str, str] | None = None  # the submitter's labels (a container's, in the Docker runtime)
     submission: int | None = None  # its number in the store's queue (None: from the inbox folder)
     adopted_from: str | None = None  # the id of the hand-made container it was adopted from
+    host: str | None = None  # the cluster daemon's: the host it is placed on (None: not placed)
+    mirrored: int = 0  # the cluster daemon's: its host's steps already in its lifecycle
+    cancel_requested: bool = False  # the cluster daemon's: a cancel to forward to its host
 
 
 @dataclass

@@ -35,6 +35,7 @@ from kalena import __version__
 from kalena.agent.runtime import Submission
 from kalena.api import queue
 from kalena.api.metrics import render_metrics
+from kalena.docker.cluster import report_into
 from kalena.ir.errors import ProblemLog
 from kalena.ir.yamlio import parse_json
 from kalena.store import Store, StoreConflict, StoreError
@@ -129,6 +130,24 @@ def make_app(store_path: Path, token: str | None = None, check_images: ImageChec
             return {"job": job, "outcome": db.cancel(job, time.time())}
         except StoreConflict as e:
             raise HTTPException(404 if "no job" in str(e) else 409, str(e)) from None
+
+    def record_report(node: str, body: bytes) -> Any:
+        log = ProblemLog("<report>")
+        ok, data = parse_json(body.decode("utf-8", errors="replace"), log)
+        if not ok or not isinstance(data, dict):
+            return JSONResponse(
+                {"problems": [p.render() for p in log.problems] or ["<report>: not an object"]}, 422
+            )
+        with _open(store_path) as db:
+            return {"work": report_into(db, node, data, time.time())}
+
+    @app.post("/v1/nodes/{node}/report", dependencies=[Auth])
+    async def report(node: str, request: Request) -> Any:
+        """A host's agent reports (a cluster daemon's store); the answer is its work."""
+        body = await request.body()
+        if len(body) > MAX_BODY_BYTES:
+            return JSONResponse({"problems": [f"<report>: larger than {MAX_BODY_BYTES} bytes"]}, 413)
+        return await run_in_threadpool(record_report, node, body)
 
     @app.get("/metrics", dependencies=[Auth])
     def metrics(db: Db) -> Response:

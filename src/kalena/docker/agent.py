@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kalena.agent.actionlog import ActionLog
 from kalena.agent.build import build_agent, cgroup_tree
@@ -28,6 +29,7 @@ from kalena.docker.cgroups import check_driver
 from kalena.docker.declarations import DockerDeclarations
 from kalena.docker.enforcer import DockerEnforcer
 from kalena.docker.engine import DEFAULT_ENDPOINT, Engine, EventWatch, TlsFiles, connect
+from kalena.docker.join import DaemonLink
 from kalena.docker.runtime import DockerRuntime
 
 #: Kalena's root on a Docker host: absolute, since ``--cgroup-parent`` is one path for every hierarchy.
@@ -66,11 +68,15 @@ def build_docker_agent(
     watch_events: bool = True,
     relist_s: float = 30.0,
     store_path: Path | None = None,
+    join: str | None = None,
+    join_token: str | None = None,
+    join_verify: Any = True,
 ) -> Agent:
     """An agent for the Docker engine at ``endpoint`` on this host (raises ``EngineError``,
     ``DriverError``, ``DeclarationError`` or ``StoreError`` with the reason; nothing is changed
     then). Its state, queue, history and action log are in the store at ``store_path`` (default
-    ``<state_dir>/kalena.db``), where ``kalena submit`` queues jobs."""
+    ``<state_dir>/kalena.db``), where ``kalena submit`` queues jobs. ``join``: the URL of a cluster
+    daemon to report to and take work from (:mod:`kalena.docker.join`), with its token."""
     engine = Engine(connect(endpoint, tls), endpoint)
     tree = cgroup_tree(cgroup_root, layout)
     check_driver(str(engine.info().get("CgroupDriver", "")), tree)
@@ -98,7 +104,24 @@ def build_docker_agent(
         adopt=adoptions.accepts,
     )
 
+    links: list[DaemonLink] = []
+
     def wrap(inner: SubmissionSource | None, log: ActionLog) -> SubmissionSource | None:
+        if join is not None:
+            node = base.node.name if base is not None else str(engine.info().get("Name") or "docker-host")
+            links.append(
+                DaemonLink(
+                    join,
+                    node,
+                    engine,
+                    token=join_token,
+                    inner=inner,
+                    log=log,
+                    clock=clock,
+                    verify=join_verify,
+                )
+            )
+            inner = links[0]
         adoptions.inner, adoptions.log = inner, log
         return adoptions
 
@@ -135,4 +158,6 @@ def build_docker_agent(
         wrap_submissions=wrap,
     )
     holder["agent"] = agent
+    for link in links:  # the report after each round: this host's view, the daemon's work back
+        agent.after_step.append(link.report)
     return agent

@@ -14,6 +14,8 @@ What lives here (tables):
 * ``events``: the agent's action log (evictions, throttles, admissions, pending reasons, ...),
   one row per record, with the job and workload it is about.
 * ``series``: per-workload usage and reservation, one row per workload and estimate.
+* ``work``: a cluster daemon's: what each host's agent is to be told next (jobs placed there,
+  cancels), rewritten at every tick of the daemon (:mod:`kalena.docker.cluster`).
 * ``nodes``: each node's latest slack view (capacity, sum of limits, sum of reservations, usage)
   and its batch tasks, written by its agent at every estimate (``kalena status``, ``/metrics``).
 
@@ -38,7 +40,7 @@ from typing import Any
 
 from kalena.core.resources import DIMS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: A busy database (another writer's transaction) is waited for this long before an error.
 BUSY_TIMEOUT_MS = 30_000
 #: Column names of the dimensions in ``series`` (``disk.read`` -> ``disk_read``).
@@ -116,10 +118,19 @@ CREATE TABLE nodes (
     at REAL NOT NULL,
     status TEXT NOT NULL
 );
+CREATE TABLE work (
+    node TEXT NOT NULL,
+    job TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    PRIMARY KEY (node, job, kind)
+);
 """
 #: What each older schema version lacks (applied in order by :meth:`Store._create`).
 _MIGRATIONS = {
     1: "CREATE TABLE nodes (node TEXT PRIMARY KEY, at REAL NOT NULL, status TEXT NOT NULL)",
+    2: "CREATE TABLE work (node TEXT NOT NULL, job TEXT NOT NULL, kind TEXT NOT NULL, spec TEXT NOT NULL,"
+    " PRIMARY KEY (node, job, kind))",
 }
 
 

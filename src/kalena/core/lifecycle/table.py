@@ -103,6 +103,7 @@ class TransitionReason(enum.Enum):
     GIVEN_UP = "given-up"  # the shell will not retry it (retry limit)
     CANCELLED = "cancelled"  # owner or operator (RemovalCause.DELETED)
     RESTORED = "restored"  # only a task's first entry, in any state: see Lifecycle.restore
+    NODE_LOST = "node-lost"  # its node stopped answering: the run is taken as gone (a cluster shell)
 
     @property
     def code(self) -> int:
@@ -127,11 +128,11 @@ def _edges() -> dict[tuple[TaskState, TaskState], frozenset[TransitionReason]]:
         (s.PENDING, s.PLACED): {r.ADMITTED},
         (s.PLACED, s.PENDING): {r.UNPLACED},
         (s.PLACED, s.STARTING): {r.START_REQUESTED},
-        (s.PLACED, s.EVICTED): set(evict),  # a ledger resident, so a possible victim before it starts
+        (s.PLACED, s.EVICTED): evict | {r.NODE_LOST},  # a ledger resident: a victim before it starts
         (s.STARTING, s.RUNNING): {r.STARTED},
         (s.RUNNING, s.THROTTLED): {r.THROTTLED},
         (s.THROTTLED, s.RUNNING): {r.UNTHROTTLED},
-        (s.EVICTING, s.EVICTED): {r.EXITED, r.GRACE_EXPIRED, r.KILLED_OOM},
+        (s.EVICTING, s.EVICTED): {r.EXITED, r.GRACE_EXPIRED, r.KILLED_OOM, r.NODE_LOST},
         (s.EVICTED, s.REQUEUED): {r.REQUEUED},
         (s.EVICTED, s.PENDING): {r.REQUEUED},
         (s.EVICTED, s.FAILED): {r.GIVEN_UP},
@@ -140,7 +141,7 @@ def _edges() -> dict[tuple[TaskState, TaskState], frozenset[TransitionReason]]:
     for state in live:
         first = {r.START_FAILED} if state is s.STARTING else set()
         edges[state, s.EVICTING] = set(evict)
-        edges[state, s.EVICTED] = evict | ended | first
+        edges[state, s.EVICTED] = evict | ended | first | {r.NODE_LOST}
         edges[state, s.SUCCEEDED] = {r.FINISHED}
         edges[state, s.FAILED] = ended | first
     for state in STATES:

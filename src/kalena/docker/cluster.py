@@ -1,0 +1,301 @@
+"""The cluster daemon over several Docker hosts: one queue, placement with the core scheduler, each
+host's agent running what is placed there.
+
+Each host runs its agent (``kalena docker serve --join URL``); after each round the agent reports
+to the daemon (``POST /v1/nodes/{node}/report``): its slack view (capacity, production's requests
+and reservations, its batch runs with their reservations), the images its engine holds, and the
+lifecycle of every job the daemon gave it. The answer is its work: jobs placed there, and cancels.
+
+The daemon (:class:`Cluster`, one :meth:`Cluster.tick` a second) keeps the jobs in its store like an
+agent does (the same state, lifecycle, steps, events and queue; node name ``cluster``):
+
+1. **intake**: submissions from its queue (``kalena submit --store``, ``POST /v1/jobs``) are PENDING;
+   a cancel ends a pending job at once and is forwarded to the host of a placed one;
+2. **mirror**: each placed job follows its host's report, step by step (the agent's lifecycle after
+   its own admission is appended to the daemon's, so ``kalena job why`` tells the whole story);
+3. **lost hosts**: a host that has not reported for ``lost_after_s`` is gone: its jobs are EVICTED
+   (``node-lost``) and requeued, to run elsewhere; its production is never touched (the daemon
+   never writes to a host, its agent does). A host that comes back with a run the daemon gave
+   elsewhere since is told to cancel it;
+4. **placement**: the pending jobs go through the core's ``schedule`` on a ledger of the hosts that
+   report, built from their reports (production as one resident per host holding its requests and
+   reservations, each batch run as itself); the image-locality score (weighted heavily, seed 000
+   §4.3) sees which hosts hold each image. A placed job is PLACED (``admitted``) with its host,
+   and handed to that host's agent with the next answer; the agent starts it as
+   ``kalena-<job>.<run>`` under its own cgroup parent, so a restarted daemon or agent finds it.
+
+Why the agent starts the container, not the daemon: the run's knobs must be on its cgroup parent
+before it exists (it never runs unthrottled), and one writer per host (the agent) is audited.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from kalena.agent.actionlog import ActionLog
+from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
+from kalena.agent.state import AgentState, JobRecord
+from kalena.core.ledger import Ledger, PlaceBatch, ReservationUpdate
+from kalena.core.lifecycle import IllegalTransition, TaskState, TransitionReason
+from kalena.core.model import NodeSpec, Tier, WorkloadSpec
+from kalena.core.placement import ContextKeeper, PlacementConfig, schedule
+from kalena.core.resources import DIMS, Resources
+from kalena.store import Store
+from kalena.store.db import json_text
+
+CLUSTER = "cluster"
+#: A placed job's label on its agent (and so on its container): placed by the cluster daemon.
+PLACED_BY = "kalena.naughtian.io/placed-by"
+LIVE_OR_PLACED = (
+    TaskState.PLACED, TaskState.STARTING, TaskState.RUNNING, TaskState.THROTTLED, TaskState.EVICTING,
+    TaskState.EVICTED, TaskState.REQUEUED,
+)  # fmt: skip
+
+
+def _res(raw: Mapping[str, Any] | None, default: float) -> Resources:
+    vals = {d: (math.inf if v is None else float(v)) for d, v in (raw or {}).items() if d in DIMS}
+    return Resources.from_mapping(vals, default=default)
+
+
+def job_spec(job: JobRecord, attempt_id: str) -> WorkloadSpec:
+    return WorkloadSpec(
+        id=attempt_id,
+        requests=Resources.from_mapping(job.requests),
+        limits=None if job.limits is None else Resources.from_mapping(job.limits),
+        tier=Tier.BATCH,
+        priority=job.priority,
+        namespace="batch",
+        owner=f"batch/{job.name}",
+        image=job.image or "",
+        slack_memory=job.slack_memory,
+    )
+
+
+class Cluster:
+    """The daemon's state and its tick (module docstring) over the store ``db``."""
+
+    def __init__(
+        self,
+        db: Store,
+        *,
+        lost_after_s: float = 30.0,
+        placement: PlacementConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db, self.lost_after_s, self.clock = db, lost_after_s, clock
+        self.placement = placement or PlacementConfig()
+        self.saver = DbStateStore(db, CLUSTER, clock)
+        self.source = DbSubmissions(self.saver)
+        self.log: ActionLog = DbActionLog(db, CLUSTER)
+        self.state = self.saver.load(clock()) or AgentState(CLUSTER)
+        self.rng = np.random.default_rng(0)
+
+    # -- the tick ---------------------------------------------------------------------------------
+    def tick(self) -> dict[str, list[str]]:
+        """One pass: intake, mirror, lost hosts, placement, the hosts' work; returns what was placed
+        (host -> jobs)."""
+        now = self.clock()
+        self._intake(now)
+        reports = self.db.nodes()
+        alive = {h: r for h, r in reports.items() if now - float(r.get("at") or 0) <= self.lost_after_s}
+        self._mirror(alive, now)
+        self._lost(alive, now)
+        placed = self._place(alive, now)
+        self.saver.save(self.state)
+        self._work(reports)
+        return placed
+
+    def _intake(self, now: float) -> None:
+        new = self.source.new()
+        for p in new.problems:
+            self.log.append("rejected-submission", now, problem=p.render())
+        outcomes: dict[object, str] = {}
+        for token, _, sub in new.submissions:
+            if sub.name in self.state.jobs and not self.state.task(sub.name).terminal:
+                outcomes[token] = f"rejected: still {self.state.status(sub.name)}"
+                continue
+            job = sub.job(now)
+            job.submission = token if isinstance(token, int) else None
+            self.state.submit(job, now)
+            self.log.append("submit", now, job=sub.name, priority=sub.priority, requests=sub.requests)
+            outcomes[token] = "accepted"
+        for token, name in new.cancels:
+            outcomes[token] = self._cancel(name, now)
+        if outcomes:
+            self.source.commit(outcomes, lambda: self.saver.save(self.state))
+
+    def _cancel(self, name: str, now: float) -> str:
+        if name not in self.state.jobs or self.state.task(name).terminal:
+            return "rejected: no such job, or it ended"
+        job = self.state.jobs[name]
+        if job.host is None:  # not on any host: it ends here
+            self.state.move(name, TaskState.CANCELLED, now, TransitionReason.CANCELLED)
+            self.log.append("cancel", now, job=name, was="pending")
+            return "cancelled"
+        job.cancel_requested = True  # its host's agent cancels it; the step comes back mirrored
+        return f"forwarded to {job.host}"
+
+    def _mirror(self, alive: Mapping[str, Mapping[str, Any]], now: float) -> None:
+        for name, job in self.state.jobs.items():
+            if job.host is None or self.state.task(name).terminal or job.host not in alive:
+                continue
+            rep = (alive[job.host].get("jobs") or {}).get(name)
+            if rep is None:
+                continue  # not taken yet
+            steps = rep.get("steps") or []
+            # the agent's own first two steps (submitted, admitted) are the daemon's PENDING and PLACED
+            for state, at, reason in steps[2 + job.mirrored :]:
+                try:
+                    self.state.move(name, TaskState(state), float(at), TransitionReason(reason))
+                except (IllegalTransition, ValueError) as e:
+                    self.log.append("warning", now, what=f"{name}: step {state}/{reason} not mirrored: {e}")
+                job.mirrored += 1
+            job.exit_code = rep.get("exit_code")
+
+    def _lost(self, alive: Mapping[str, Mapping[str, Any]], now: float) -> None:
+        for name, job in self.state.jobs.items():
+            if job.host is None or job.host in alive or self.state.task(name).terminal:
+                continue
+            lost = job.host
+            state = self.state.task(name)
+            if state in (TaskState.REQUEUED,):
+                self.state.move(name, TaskState.PENDING, now, TransitionReason.COOLDOWN_OVER)
+            elif state is not TaskState.PENDING:
+                if state is not TaskState.EVICTED:
+                    self.state.move(name, TaskState.EVICTED, now, TransitionReason.NODE_LOST)
+                self.state.move(name, TaskState.PENDING, now, TransitionReason.REQUEUED)
+            self.state.jobs[name] = dataclasses.replace(job, host=None, mirrored=0, cancel_requested=False)
+            self.log.append("node-lost", now, job=name, node=lost)
+
+    # -- placement ----------------------------------------------------------------------------
+    def ledger(self, alive: Mapping[str, Mapping[str, Any]]) -> tuple[Ledger, ContextKeeper]:
+        """The hosts that report, as a ledger: production one resident each (its requests and
+        reservations), each batch run as itself; and the images each holds."""
+        names = sorted(alive)
+        nodes = [NodeSpec(h, allocatable=_res(alive[h].get("capacity"), math.inf)) for h in names]
+        caps = [n.allocatable for n in nodes]
+        prod = [
+            WorkloadSpec(id=f"{h}/production", requests=_res(alive[h].get("production_limits"), 0.0),
+                         tier=Tier.SERVICE, priority=1000, namespace=h, owner=f"{h}/production")
+            for h in names
+        ]  # fmt: skip
+        ledger = Ledger.from_blueprint(nodes, caps, prod, {p.id: h for p, h in zip(prod, names, strict=True)})
+        rows = ledger.rows()
+        res = np.array(
+            [_res(alive[i.split("/")[0]].get("production_reservations"), 0.0).array() for i in rows.ids]
+        )
+        if len(rows.rows):
+            ledger.apply(ReservationUpdate(rows.rows, res.reshape(len(rows.rows), -1), rows.global_epoch))
+        placed_here = {(j.host, n) for n, j in self.state.jobs.items() if j.host is not None}
+        for k, h in enumerate(names):
+            for b in alive[h].get("batch") or []:
+                spec = WorkloadSpec(
+                    id=f"{h}:{b['workload']}", requests=Resources.from_mapping(b.get("requests") or {}),
+                    tier=Tier.BATCH, priority=int(b.get("priority") or 0), namespace="batch",
+                    owner=f"batch/{b['job']}",
+                )  # fmt: skip
+                ledger.apply(PlaceBatch(spec, k, ledger.node_epoch(k)))
+                placed_here.discard((h, b["job"]))
+        # placed by the daemon, not yet running there: they hold their place too
+        for h, name in sorted(placed_here):
+            if h in alive and not self.state.task(name).terminal:
+                k = names.index(h)
+                job = self.state.jobs[name]
+                ledger.apply(PlaceBatch(job_spec(job, f"{h}:pending/{name}"), k, ledger.node_epoch(k)))
+        keeper = ContextKeeper(names)
+        for k, h in enumerate(names):
+            for image in alive[h].get("images") or []:
+                keeper.started(str(image), k)
+        return ledger, keeper
+
+    def _place(self, alive: Mapping[str, Mapping[str, Any]], now: float) -> dict[str, list[str]]:
+        pending = [n for n in self.state.names_in(TaskState.PENDING) if self.state.jobs[n].host is None]
+        if not pending or not alive:
+            for n in pending:
+                self._why(self.state.jobs[n], "no host reports to this daemon", ["no-nodes"], now)
+            return {}
+        ledger, keeper = self.ledger(alive)
+        names = sorted(alive)
+        pods = {f"batch/{n}.{self.state.jobs[n].run + 1}": self.state.jobs[n] for n in pending}
+        specs = [job_spec(j, wid) for wid, j in pods.items()]
+        decision = schedule(specs, ledger, keeper.context(now, specs), self.placement, self.rng)
+        for why in decision.pending:
+            codes = list(dict.fromkeys(r.code.value for r in why.reasons))
+            self._why(pods[why.workload_id], why.message, codes, now)
+        out: dict[str, list[str]] = {}
+        for res in ledger.apply_all(decision.placements):
+            c = res.commitment
+            if not res.accepted:
+                continue
+            wid = c.workload.id  # type: ignore[union-attr]
+            job = pods[wid]
+            host = names[c.node]  # type: ignore[union-attr]
+            job.run += 1
+            job.host, job.mirrored, job.why_pending, job.why_pending_codes = host, 0, None, None
+            self.state.move(job.name, TaskState.PLACED, now, TransitionReason.ADMITTED)
+            self.log.append(
+                "placed", now, job=job.name, node=host, workload=wid,
+                has_image=bool(job.image and job.image in (alive[host].get("images") or [])),
+            )  # fmt: skip
+            out.setdefault(host, []).append(job.name)
+        return out
+
+    def _why(self, job: JobRecord, why: str, codes: list[str], now: float) -> None:
+        if job.why_pending != why or job.why_pending_codes != codes:
+            job.why_pending, job.why_pending_codes = why, codes
+            self.log.append("pending", now, job=job.name, why=why, codes=codes)
+
+    # -- the hosts' work ----------------------------------------------------------------------
+    def _work(self, reports: Mapping[str, Mapping[str, Any]]) -> None:
+        """What each host is to be told with its next answer, in the store (``work``): the jobs
+        placed there it has not taken, the cancels, and any run it reports that is not its."""
+        rows = []
+        for name, job in self.state.jobs.items():
+            if job.host is None or self.state.task(name).terminal:
+                continue
+            taken = name in ((reports.get(job.host) or {}).get("jobs") or {})
+            if not taken:
+                rows.append((job.host, name, "submit", json_text(_spec_of(job))))
+            elif job.cancel_requested:
+                rows.append((job.host, name, "cancel", "{}"))
+        for host, rep in reports.items():  # a run a lost-and-back host still has, given elsewhere since
+            for name, r in (rep.get("jobs") or {}).items():
+                job = self.state.jobs.get(name)
+                live = str(r.get("state")) not in ("succeeded", "failed", "cancelled")
+                if job is not None and live and job.host != host and r.get("placed_by") == CLUSTER:
+                    rows.append((host, name, "cancel", "{}"))
+        with self.db.transaction() as db:
+            db.execute("DELETE FROM work")
+            db.executemany("INSERT OR REPLACE INTO work(node, job, kind, spec) VALUES (?, ?, ?, ?)", rows)
+
+
+def _spec_of(job: JobRecord) -> dict[str, Any]:
+    return {
+        "name": job.name,
+        "command": list(job.command),
+        "image": job.image,
+        "priority": job.priority,
+        "requests": dict(job.requests),
+        "limits": None if job.limits is None else dict(job.limits),
+        "labels": dict(job.labels or {}),
+        "slack_memory": job.slack_memory,
+    }
+
+
+def report_into(db: Store, node: str, report: Mapping[str, Any], now: float) -> list[dict[str, Any]]:
+    """Record a host's report (its status, images and jobs, in ``nodes``) and return its work."""
+    status = {**dict(report.get("status") or {}), "images": list(report.get("images") or [])}
+    status["jobs"], status["at"] = dict(report.get("jobs") or {}), now
+    with db.transaction() as tx:
+        tx.execute(
+            "INSERT OR REPLACE INTO nodes(node, at, status) VALUES (?, ?, ?)", (node, now, json_text(status))
+        )
+        rows = tx.execute("SELECT job, kind, spec FROM work WHERE node=? ORDER BY job", (node,)).fetchall()
+    return [{"job": j, "kind": k, "spec": json.loads(s)} for j, k, s in rows]

@@ -1,0 +1,132 @@
+"""An agent joined to a cluster daemon (``kalena docker serve --join URL``): it reports after each
+round and takes the work the daemon answers with (:mod:`kalena.docker.cluster`).
+
+:class:`DaemonLink` is a :class:`~kalena.agent.ports.SubmissionSource` around the agent's own
+queue: the jobs the daemon placed on this host come in as submissions (labelled placed by the
+cluster, so the container says so too), its cancels as cancel requests; they are taken with the
+save that holds them, as every submission, and the next report (which lists them) is the
+daemon's acknowledgement: a job sent twice before that is refused the second time by name.
+
+A daemon that does not answer changes nothing on the host: the agent goes on with what runs,
+warns once, and reports again at its next round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from kalena.agent.actionlog import ActionLog
+from kalena.agent.loop import Agent
+from kalena.agent.ports import SubmissionSource
+from kalena.agent.runtime import Intake, SubmissionError, parse_submission
+from kalena.docker.cluster import CLUSTER, PLACED_BY
+from kalena.docker.engine import Engine
+
+IMAGES_EVERY_S = 10.0
+
+
+class DaemonLink:
+    def __init__(
+        self,
+        url: str,
+        node: str,
+        engine: Engine,
+        *,
+        token: str | None = None,
+        inner: SubmissionSource | None = None,
+        log: ActionLog | None = None,
+        clock: Callable[[], float] = time.time,
+        client: httpx.Client | None = None,
+        verify: Any = True,
+    ) -> None:
+        self.url, self.node, self.engine, self.inner, self.log, self.clock = (
+            url,
+            node,
+            engine,
+            inner,
+            log,
+            clock,
+        )
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = client or httpx.Client(base_url=url, headers=headers, timeout=5.0, verify=verify)
+        self.work: list[dict[str, Any]] = []
+        self.down: str | None = None
+        self._images: list[str] = []
+        self._images_at = -math.inf
+
+    # -- the submission source ------------------------------------------------------------------
+    def new(self) -> Intake:
+        got = self.inner.new() if self.inner is not None else Intake([], [], [])
+        subs, cancels, problems = list(got.submissions), list(got.cancels), list(got.problems)
+        for w in self.work:
+            name = str(w.get("job"))
+            if w.get("kind") == "cancel":
+                cancels.append((("daemon-cancel", name), name))
+                continue
+            where = f"daemon {self.url}: job {name}"
+            try:
+                sub = parse_submission(w.get("spec"), where)
+            except SubmissionError as e:
+                problems.extend(e.problems)
+                continue
+            sub = dataclasses.replace(sub, labels={**sub.labels, PLACED_BY: CLUSTER})
+            subs.append((("daemon", name), where, sub))
+        self.work = []
+        return Intake(subs, cancels, problems)
+
+    def commit(self, outcomes: dict[object, str], save: Callable[[], object]) -> None:
+        mine = {t for t in outcomes if isinstance(t, tuple) and t[:1] in (("daemon",), ("daemon-cancel",))}
+        rest = {t: o for t, o in outcomes.items() if t not in mine}
+        if self.inner is not None:
+            self.inner.commit(rest, save)
+        else:
+            save()
+
+    # -- the report -----------------------------------------------------------------------------
+    def images(self) -> list[str]:
+        now = self.clock()
+        if now - self._images_at >= IMAGES_EVERY_S:
+            try:
+                self._images = sorted(
+                    {t for img in self.engine.api.images() for t in img.get("RepoTags") or []}
+                )
+                self._images_at = now
+            except Exception:
+                pass
+        return self._images
+
+    def report(self, agent: Agent) -> bool:
+        """Send this host's report; keep the work of the answer for the next intake."""
+        status = getattr(agent.store, "last_node", None) or {}
+        jobs = {}
+        for name, job in agent.state.jobs.items():
+            if (job.labels or {}).get(PLACED_BY) != CLUSTER:
+                continue
+            steps = [[t.state.value, t.time, t.reason.value] for t in agent.state.history(name)]
+            jobs[name] = {
+                "state": agent.state.task(name).value,
+                "run": job.run,
+                "exit_code": job.exit_code,
+                "steps": steps,
+                "placed_by": CLUSTER,
+            }
+        body = {"status": status, "images": self.images(), "jobs": jobs}
+        try:
+            r = self.client.post(f"/v1/nodes/{self.node}/report", json=body)
+            r.raise_for_status()
+            self.work = list(r.json().get("work") or [])
+        except (httpx.HTTPError, ValueError) as e:
+            if self.down is None and self.log is not None:
+                self.log.append("warning", self.clock(), what=f"cluster daemon {self.url} not reachable: {e}")
+            self.down = str(e)
+            return False
+        if self.down is not None and self.log is not None:
+            self.log.append("warning", self.clock(), what=f"cluster daemon {self.url} reachable again")
+        self.down = None
+        return True
