@@ -180,3 +180,59 @@ def test_two_hosts_placement_image_locality_cancel_and_a_host_going_away(engine,
         for root in roots.values():
             for top in Path("/sys/fs/cgroup").glob("*/" + root.lstrip("/")):
                 remove_empty_tree(top)
+
+
+def test_the_daemon_and_a_joined_host_as_an_operator_runs_them(engine, image, tag, tmp_path):
+    """``kalena docker daemon`` and ``kalena docker serve --join`` as processes; a job queued with
+    ``kalena submit --store`` on the daemon's store runs on the host and ends there, and
+    ``kalena jobs`` names the host."""
+    import json
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from kalena.cli.main import app
+
+    cli = [sys.executable, "-m", "kalena.cli.main"]
+    port = free_port()
+    db = tmp_path / "cluster.db"
+    root = f"/kalena-test-{tag}"
+    daemon = subprocess.Popen(
+        [*cli, "docker", "daemon", "--store", str(db), "--listen", f"127.0.0.1:{port}", "--lost-after", "10"],
+        stderr=subprocess.DEVNULL,
+    )
+    host = subprocess.Popen(
+        [*cli, "agent", "run", "--runtime", "docker", "--state-dir", str(tmp_path / "host"),
+         "--cgroup-root", root, "--join", f"http://127.0.0.1:{port}", "--min-run-time", "0",
+         "--escalation-persist", "1000000", "--escalation-rounds", "1000000"],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    name = f"op-{tag}"
+    try:
+        r = CliRunner().invoke(
+            app, ["submit", "--store", str(db), "--image", image, "--name", name, "--request", "ram=16Mi",
+                  "--", "sh", "-c", "sleep 1; exit 3"],
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+
+        def ended() -> bool:
+            out = CliRunner().invoke(app, ["jobs", "--store", str(db), "--json"])
+            rows = {j["job"]: j for j in json.loads(out.stdout)} if out.exit_code == 0 else {}
+            return rows.get(name, {}).get("state") == "failed"
+
+        assert until(ended, lambda: None, bound_s=120)
+        rows = {
+            j["job"]: j
+            for j in json.loads(CliRunner().invoke(app, ["jobs", "--store", str(db), "--json"]).stdout)
+        }
+        assert rows[name]["node"] not in ("", "cluster") and rows[name]["exit_code"] == 3
+        why = CliRunner().invoke(app, ["job", "why", name, "--store", str(db)]).stdout
+        assert "placed (admitted)" in why and "failed (exit-error)" in why
+    finally:
+        for p in (host, daemon):
+            p.terminate()
+            p.wait(60)
+        engine.remove(f"kalena-{name}.1")
+        for top in Path("/sys/fs/cgroup").glob("*/" + root.lstrip("/")):
+            remove_empty_tree(top)

@@ -117,14 +117,14 @@ class DbStateStore:
                     )
                     steps[key] = len(hist)
                 row = _job_row(state, job)
-                if self._rows.get(name) != row:
+                if self._rows.get(name) != (*row, job.host):
                     db.execute(
                         "INSERT OR REPLACE INTO jobs(job, submission, node, state, run, priority, image,"
                         " command, requests, submitted_at, updated_at, why_pending, exit_code)"
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (name, job.submission, state.node, *row[:6], now, *row[6:]),
+                        (name, job.submission, job.host or state.node, *row[:6], now, *row[6:]),
                     )
-                    rows[name] = row
+                    rows[name] = (*row, job.host)
             for table, seq, outcome in self._taken:
                 db.execute(f"UPDATE {table} SET taken_at=?, outcome=? WHERE seq=?", (now, outcome, seq))
             for at, series in self._series:

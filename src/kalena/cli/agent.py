@@ -77,7 +77,7 @@ def _check_cgroup_root(cgroup_root: str) -> None:
         try:
             check_name(cgroup_root)
         except BadCgroupName as e:
-            raise _fail([f"--cgroup-root: {e} (value: {cgroup_root!r})"], EXIT_BAD_INPUT) from None
+            raise fail_with([f"--cgroup-root: {e} (value: {cgroup_root!r})"], EXIT_BAD_INPUT) from None
 
 
 def _tls_files(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles | None:
@@ -85,12 +85,12 @@ def _tls_files(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles
     if not any(given):
         return None
     if not all(given):
-        raise _fail(["--tls-ca, --tls-cert, --tls-key: give all three or none"], EXIT_BAD_INPUT)
+        raise fail_with(["--tls-ca, --tls-cert, --tls-key: give all three or none"], EXIT_BAD_INPUT)
     assert ca is not None and cert is not None and key is not None
     return TlsFiles(ca, cert, key)
 
 
-def _fail(lines: list[str], code: int) -> typer.Exit:
+def fail_with(lines: list[str], code: int) -> typer.Exit:
     for line in lines:
         typer.echo(line, err=True)
     return typer.Exit(code)
@@ -149,6 +149,14 @@ def run(
     verbose: Annotated[
         bool, typer.Option("--verbose", metavar="", help="One line per round with actions.")
     ] = False,
+    join: Annotated[
+        str | None,
+        typer.Option("--join", help="A cluster daemon's URL: report to it and run what it places here."),
+    ] = None,
+    join_token_file: Annotated[
+        Path | None, typer.Option("--join-token-file", help="The daemon's bearer token.")
+    ] = None,
+    join_ca: Annotated[Path | None, typer.Option("--join-ca", help="The CA of the daemon's TLS.")] = None,
     listen: Annotated[
         str | None,
         typer.Option(
@@ -165,20 +173,21 @@ def run(
 ) -> None:
     """Run the agent on this host until SIGTERM or SIGINT."""
     if runtime not in ("process", "docker"):
-        raise _fail([f"--runtime: must be process or docker (value: {runtime!r})"], EXIT_BAD_INPUT)
+        raise fail_with([f"--runtime: must be process or docker (value: {runtime!r})"], EXIT_BAD_INPUT)
     if declaration is None and runtime == "process":
-        raise _fail(["--declaration: the process runtime needs the node declaration"], EXIT_BAD_INPUT)
+        raise fail_with(["--declaration: the process runtime needs the node declaration"], EXIT_BAD_INPUT)
     tls = _tls_files(tls_ca, tls_cert, tls_key)
     if telemetry not in ("cgroupfs", "cadvisor"):
-        raise _fail([f"--telemetry: must be cgroupfs or cadvisor (value: {telemetry!r})"], EXIT_BAD_INPUT)
+        raise fail_with([f"--telemetry: must be cgroupfs or cadvisor (value: {telemetry!r})"], EXIT_BAD_INPUT)
     if not (math.isfinite(duration) and duration >= 0):
-        raise _fail(
+        raise fail_with(
             [f"--duration: must be a finite number of seconds >= 0 (value: {duration!r})"], EXIT_BAD_INPUT
         )
-    api = _api_options(listen, token_file, api_tls_cert, api_tls_key, runtime)
+    api = api_options(listen, token_file, api_tls_cert, api_tls_key, runtime)
+    join_token = _join_options(join, join_token_file, join_ca, runtime)
     _check_cgroup_root(cgroup_root)
     if state_dir.exists() and not state_dir.is_dir():
-        raise _fail([f"--state-dir: must be a folder, and {state_dir} is a file"], EXIT_BAD_INPUT)
+        raise fail_with([f"--state-dir: must be a folder, and {state_dir} is a file"], EXIT_BAD_INPUT)
     try:
         decl = None if declaration is None else load_declaration(declaration)
         policy = PolicyConfig(
@@ -191,13 +200,13 @@ def run(
             sample_interval_s=sample_interval, estimate_interval_s=estimate_interval, policy=policy
         )
     except DeclarationError as e:
-        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+        raise fail_with([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
     except ValueError as e:
-        raise _fail([_option_problem(e)], EXIT_BAD_INPUT) from None
+        raise fail_with([_option_problem(e)], EXIT_BAD_INPUT) from None
     try:
         if runtime == "docker":
             if telemetry != "cgroupfs":
-                raise _fail(["--telemetry: the docker runtime reads cgroupfs"], EXIT_BAD_INPUT)
+                raise fail_with(["--telemetry: the docker runtime reads cgroupfs"], EXIT_BAD_INPUT)
             agent = build_docker_agent(
                 state_dir,
                 endpoint=docker_host,
@@ -205,6 +214,9 @@ def run(
                 base=decl,
                 config=config,
                 cgroup_root=DOCKER_ROOT if cgroup_root == "auto" else cgroup_root,
+                join=join,
+                join_token=join_token,
+                join_verify=str(join_ca) if join_ca else True,
             )
         else:
             assert decl is not None
@@ -218,11 +230,11 @@ def run(
                 declaration_path=declaration,
             )
     except DeclarationError as e:
-        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+        raise fail_with([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
     except (EngineError, DriverError, StoreError) as e:
-        raise _fail([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
+        raise fail_with([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
     except (LayoutError, OSError) as e:
-        raise _fail([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
+        raise fail_with([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
     stop = {"now": False}
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -234,7 +246,7 @@ def run(
     try:
         agent.start()
     except ValueError as e:  # a corrupt state file: never guessed at, never overwritten
-        raise _fail(
+        raise fail_with(
             [f"{state_dir / 'state.json'}: unreadable state file: {e}; move it away to start afresh"],
             EXIT_BAD_INPUT,
         ) from None
@@ -261,7 +273,7 @@ def run(
             server.start()
         except OSError as e:
             agent.shutdown()
-            raise _fail([f"--listen: {where.describe()}: {e}"], EXIT_HOST) from None
+            raise fail_with([f"--listen: {where.describe()}: {e}"], EXIT_HOST) from None
         scheme = "https" if cert else "http"
         shown = where.describe() if where.socket else f"{scheme}://{where.describe()}"
         typer.echo(f"  api {shown}{' (token required)' if token else ''}", err=True)
@@ -280,45 +292,66 @@ def run(
         agent.log.close()
 
 
+def read_token(path: Path, option: str) -> str:
+    """A bearer token from ``path`` (at least 16 characters): exit 2 naming the option otherwise."""
+    try:
+        token = path.read_text().strip()
+    except OSError as e:
+        raise fail_with([f"{option}: {path}: {e.strerror or e}"], EXIT_BAD_INPUT) from None
+    if len(token) < 16:
+        raise fail_with([f"{option}: {path}: the token must have at least 16 characters"], EXIT_BAD_INPUT)
+    return token
+
+
+def _join_options(join: str | None, token_file: Path | None, ca: Path | None, runtime: str) -> str | None:
+    """The cluster daemon's token, the options checked (``None``: no token, or not joining)."""
+    if join is None:
+        if token_file or ca:
+            raise fail_with(["--join-token-file/--join-ca: only with --join"], EXIT_BAD_INPUT)
+        return None
+    if runtime != "docker":
+        raise fail_with(["--join: a cluster daemon places containers: --runtime docker"], EXIT_BAD_INPUT)
+    if not join.startswith(("http://", "https://")):
+        raise fail_with(
+            [f"--join: expected http://HOST:PORT or https://... (value: {join!r})"], EXIT_BAD_INPUT
+        )
+    if ca is not None and not ca.is_file():
+        raise fail_with([f"--join-ca: no such file (value: {str(ca)!r})"], EXIT_BAD_INPUT)
+    return read_token(token_file, "--join-token-file") if token_file is not None else None
+
+
 def _not_a_store(state_dir: Path) -> None:
     """A Docker agent's folder keeps its queue in its store, not in an inbox: say where to go."""
     if (state_dir / STORE_FILE).exists():
         db = state_dir / STORE_FILE
-        raise _fail(
+        raise fail_with(
             [f"--state-dir: this agent keeps its jobs in its store {db}: use kalena submit, kalena jobs "
              f"or kalena status with --store {db}"],
             EXIT_BAD_INPUT,
         )  # fmt: skip
 
 
-def _api_options(
+def api_options(
     listen: str | None, token_file: Path | None, cert: Path | None, key: Path | None, runtime: str
 ) -> tuple[Listen, str | None, Path | None, Path | None] | None:
     """The API's address, token and TLS files, checked before anything starts (``None``: no API)."""
     if listen is None:
         if token_file or cert or key:
-            raise _fail(["--token-file/--api-tls-*: only with --listen"], EXIT_BAD_INPUT)
+            raise fail_with(["--token-file/--api-tls-*: only with --listen"], EXIT_BAD_INPUT)
         return None
     if runtime != "docker":
-        raise _fail(["--listen: the HTTP API serves the store of --runtime docker"], EXIT_BAD_INPUT)
-    token = None
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as e:
-            raise _fail([f"--token-file: {token_file}: {e.strerror or e}"], EXIT_BAD_INPUT) from None
-        if len(token) < 16:
-            raise _fail([f"--token-file: {token_file}: the token must have at least 16 characters"], 2)
+        raise fail_with(["--listen: the HTTP API serves the store of --runtime docker"], EXIT_BAD_INPUT)
+    token = read_token(token_file, "--token-file") if token_file is not None else None
     if (cert is None) != (key is None):
-        raise _fail(["--api-tls-cert and --api-tls-key: give both or neither"], EXIT_BAD_INPUT)
+        raise fail_with(["--api-tls-cert and --api-tls-key: give both or neither"], EXIT_BAD_INPUT)
     for f, opt in ((cert, "--api-tls-cert"), (key, "--api-tls-key")):
         if f is not None and not f.is_file():
-            raise _fail([f"{opt}: no such file (value: {str(f)!r})"], EXIT_BAD_INPUT)
+            raise fail_with([f"{opt}: no such file (value: {str(f)!r})"], EXIT_BAD_INPUT)
     try:
         where = parse_listen(listen)
         check_bind(where, token)
     except BindRefused as e:
-        raise _fail([str(e)], EXIT_BAD_INPUT) from None
+        raise fail_with([str(e)], EXIT_BAD_INPUT) from None
     return where, token, cert, key
 
 
@@ -345,7 +378,7 @@ def submit_cmd(
         out = {}
         for item in items or []:
             if "=" not in item:
-                raise _fail([f"--{key}: expected DIM=QUANTITY (value: {item!r})"], EXIT_BAD_INPUT)
+                raise fail_with([f"--{key}: expected DIM=QUANTITY (value: {item!r})"], EXIT_BAD_INPUT)
             k, v = item.split("=", 1)
             out[k.strip()] = v.strip()
         return out
@@ -360,7 +393,7 @@ def submit_cmd(
         "image": image,
     }
     if not state_dir.is_dir():
-        raise _fail(
+        raise fail_with(
             [f"--state-dir: {state_dir} is not a folder (the agent's --state-dir, made by agent run)"],
             EXIT_BAD_INPUT,
         )
@@ -368,25 +401,25 @@ def submit_cmd(
     try:
         sub = parse_submission(data, "<command line>")
     except SubmissionError as e:
-        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+        raise fail_with([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
     try:
         known = StateStore(state_dir / "state.json").load()
     except (OSError, ValueError):
         known = None  # an unreadable state file is the agent's to report; the inbox still decides
     if known is not None and sub.name in known.jobs and known.task(sub.name) not in TERMINAL:
-        raise _fail(
+        raise fail_with(
             [f"--name: a job of this name is already {known.status(sub.name)} here (value: {sub.name!r})"],
             EXIT_BAD_INPUT,
         )
     try:
         path = submit(state_dir / "inbox", sub)
     except FileExistsError:
-        raise _fail(
+        raise fail_with(
             [f"--name: a job of this name is already queued in {state_dir / 'inbox'} (value: {sub.name!r})"],
             EXIT_BAD_INPUT,
         ) from None
     except OSError as e:
-        raise _fail(
+        raise fail_with(
             [f"{state_dir / 'inbox'}: cannot queue the job: {e.strerror or e}"], EXIT_BAD_INPUT
         ) from None
     typer.echo(str(path))
@@ -407,14 +440,14 @@ def purge(
     try:
         decl = load_declaration(declaration)
     except DeclarationError as e:
-        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+        raise fail_with([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
     _check_cgroup_root(cgroup_root)
     try:
         tree, done = purge_host(decl, cgroup_root)
     except (LayoutError, OSError) as e:
-        raise _fail([f"cannot purge on this host: {e}"], EXIT_HOST) from None
+        raise fail_with([f"cannot purge on this host: {e}"], EXIT_HOST) from None
     if not done:
-        raise _fail([f"{tree.root}/{BATCH_PARENT}: batch processes still running after 10 s"], EXIT_HOST)
+        raise fail_with([f"{tree.root}/{BATCH_PARENT}: batch processes still running after 10 s"], EXIT_HOST)
     left = [str(tree.dir(h, "")) for h in tree.layout.hierarchies if tree.dir(h, "").is_dir()]
     typer.echo(f"batch runs stopped and removed under {tree.root}/{BATCH_PARENT}")
     for d in left:
@@ -428,7 +461,7 @@ def validate(declaration: Annotated[Path, typer.Argument(help="The node declarat
     try:
         decl = load_declaration(declaration)
     except DeclarationError as e:
-        raise _fail([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
+        raise fail_with([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
     cap = decl.capacity()
     typer.echo(
         f"{declaration}: node {decl.node.name}: {len(decl.production)} production, "
@@ -442,7 +475,7 @@ def detect_cmd() -> None:
     try:
         layout = detect()
     except (LayoutError, OSError) as e:
-        raise _fail([f"no cgroup hierarchy: {e}"], EXIT_HOST) from None
+        raise fail_with([f"no cgroup hierarchy: {e}"], EXIT_HOST) from None
     typer.echo(layout.describe())
     spec = TriggerSpec(Path("/proc/pressure/memory"), "some", 0.1, "ram", False, "system:memory:some")
     try:
@@ -460,9 +493,11 @@ def status(state_dir: StateDir) -> None:
     try:
         state = StateStore(state_dir / "state.json").load()
     except (OSError, ValueError) as e:
-        raise _fail([f"{state_dir / 'state.json'}: unreadable state file: {e}"], EXIT_BAD_INPUT) from None
+        raise fail_with([f"{state_dir / 'state.json'}: unreadable state file: {e}"], EXIT_BAD_INPUT) from None
     if state is None:
-        raise _fail([f"{state_dir / 'state.json'}: no state file (has the agent run here?)"], EXIT_BAD_INPUT)
+        raise fail_with(
+            [f"{state_dir / 'state.json'}: no state file (has the agent run here?)"], EXIT_BAD_INPUT
+        )
     out = {
         "node": state.node,
         "jobs": {

@@ -1,18 +1,26 @@
 """``kalena docker serve``: Kalena on a Docker host, in one command: the node agent on the local
 engine (``kalena agent run --runtime docker``) and the HTTP API over its store, on loopback by
-default (``--listen``). Exit codes are the agent's: 0 stopped cleanly, 2 bad input, 3 the host
-(its engine, cgroups or the API's address) cannot be used."""
+default (``--listen``); with ``--join URL`` the agent also reports to a cluster daemon and runs
+what it places there. ``kalena docker daemon``: that cluster daemon (:mod:`kalena.docker.cluster`).
+Exit codes are the agent's: 0 stopped cleanly, 2 bad input, 3 the host (its engine, cgroups, the
+store or the API's address) cannot be used."""
 
 from __future__ import annotations
 
+import math
+import signal
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kalena.api.serve import DEFAULT_LISTEN
+from kalena.api.app import make_app
+from kalena.api.serve import DEFAULT_LISTEN, ApiServer
 from kalena.cli import agent as agent_cli
+from kalena.docker.cluster import Cluster
 from kalena.docker.engine import DEFAULT_ENDPOINT
+from kalena.store import Store, StoreError
 
 app = typer.Typer(help="Kalena on Docker hosts.", no_args_is_help=True)
 
@@ -37,6 +45,11 @@ def serve(
     ] = None,
     api_tls_cert: Annotated[Path | None, typer.Option("--api-tls-cert")] = None,
     api_tls_key: Annotated[Path | None, typer.Option("--api-tls-key")] = None,
+    join: Annotated[
+        str | None, typer.Option("--join", help="A cluster daemon's URL (kalena docker daemon).")
+    ] = None,
+    join_token_file: Annotated[Path | None, typer.Option("--join-token-file")] = None,
+    join_ca: Annotated[Path | None, typer.Option("--join-ca")] = None,
     grace_period: Annotated[
         float, typer.Option("--grace-period", help="SIGTERM -> SIGKILL, seconds.")
     ] = 30.0,
@@ -51,6 +64,9 @@ def serve(
         declaration=declaration,
         runtime="docker",
         docker_host=docker_host,
+        join=join,
+        join_token_file=join_token_file,
+        join_ca=join_ca,
         listen=listen,
         token_file=token_file,
         api_tls_cert=api_tls_cert,
@@ -59,3 +75,56 @@ def serve(
         min_run_time=min_run_time,
         duration=duration,
     )
+
+
+@app.command()
+def daemon(
+    store: Annotated[
+        Path, typer.Option("--store", envvar="KALENA_STORE", help="The cluster's store (made if missing).")
+    ] = Path("/var/lib/kalena/cluster.db"),
+    listen: Annotated[
+        str, typer.Option("--listen", help="The HTTP API (agents report here): HOST:PORT or unix:PATH.")
+    ] = DEFAULT_LISTEN,
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="The API's bearer token (needed off loopback).")
+    ] = None,
+    api_tls_cert: Annotated[Path | None, typer.Option("--api-tls-cert")] = None,
+    api_tls_key: Annotated[Path | None, typer.Option("--api-tls-key")] = None,
+    lost_after: Annotated[
+        float, typer.Option("--lost-after", help="Seconds without a report before a host is gone.")
+    ] = 30.0,
+    duration: Annotated[float, typer.Option("--duration", help="Stop after this many s (0: never).")] = 0.0,
+) -> None:
+    """The cluster daemon: one queue over several Docker hosts, whose agents join it (serve --join)."""
+    if not (math.isfinite(lost_after) and lost_after > 0):
+        why = f"--lost-after: must be a finite number of seconds > 0 (value: {lost_after!r})"
+        raise agent_cli.fail_with([why], agent_cli.EXIT_BAD_INPUT)
+    api = agent_cli.api_options(listen, token_file, api_tls_cert, api_tls_key, "docker")
+    assert api is not None
+    where, token, cert, key = api
+    try:
+        db = Store(store)
+        cluster = Cluster(db, lost_after_s=lost_after)
+    except StoreError as e:
+        raise agent_cli.fail_with([f"--store: {e}"], agent_cli.EXIT_HOST) from None
+    server = ApiServer(make_app(store, token), where, cert, key)
+    try:
+        server.start()
+    except OSError as e:
+        raise agent_cli.fail_with([f"--listen: {where.describe()}: {e}"], agent_cli.EXIT_HOST) from None
+    typer.echo(f"kalena docker daemon: store {store}, api {where.describe()}", err=True)
+    stop = {"now": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    end = time.monotonic() + duration if duration > 0 else None
+    try:
+        while not stop["now"] and (end is None or time.monotonic() < end):
+            cluster.tick()
+            time.sleep(1.0)
+    finally:
+        server.stop()
+        db.close()
