@@ -98,7 +98,6 @@ def main() -> None:
     scrapes: list[float] = []
     try:
         time.sleep(args.warmup)
-        running = [c for c in engine.containers() if tag in c.name or c.name.startswith("kalena-b")]
         c0, w0 = cpu_seconds(agent.pid), time.perf_counter()
         next_scrape = w0
         while time.perf_counter() - w0 < args.window:
@@ -111,6 +110,7 @@ def main() -> None:
             time.sleep(0.2)
         c1, w1 = cpu_seconds(agent.pid), time.perf_counter()
         mem = memory_kib(agent.pid)
+        running = [c for c in engine.containers() if tag in c.name or c.name.startswith("kalena-b")]
         status = httpx.get(f"http://127.0.0.1:{port}/v1/status", timeout=30).json()
     finally:
         agent.terminate()

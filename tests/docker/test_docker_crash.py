@@ -170,3 +170,104 @@ def test_sigkill_at_random_points_loses_nothing_and_runs_no_attempt_twice(
     store.close()
     with contextlib.suppress(OSError):
         Path(log.name).unlink()
+
+
+def test_sigkill_of_the_daemon_and_the_agent_loses_nothing_and_runs_no_attempt_twice(
+    engine, image, tag, containers, cgroup_root, tmp_path
+):
+    """The same, with a cluster daemon: jobs are queued in the daemon's store and placed on the one
+    host whose agent joined it; at each trial the daemon, the agent or both are SIGKILLed at a point
+    drawn from the seed. The daemon's store must end with every job as its command said, each
+    history a legal walk (its own steps and its host's, mirrored), and each job placed once."""
+    import socket
+
+    rng = random.Random(SEED + 1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = Store(tmp_path / "cluster.db")
+    daemon_cmd = [sys.executable, "-m", "kalena.cli.main", "docker", "daemon", "--store", str(store.path),
+                  "--listen", f"127.0.0.1:{port}", "--lost-after", "1000000"]  # fmt: skip
+    agent_cmd = [
+        sys.executable, "-m", "kalena.cli.agent", "run", "--runtime", "docker",
+        "--state-dir", str(tmp_path / "host"), "--cgroup-root", cgroup_root, "--join", f"http://127.0.0.1:{port}",
+        "--sample-interval", "0.2", "--estimate-interval", "1", "--min-run-time", "0", "--grace-period", "1",
+        "--escalation-rounds", "1000000", "--escalation-persist", "1000000",
+    ]  # fmt: skip
+    log = open(tmp_path / "procs.log", "ab")  # noqa: SIM115
+    procs: dict[str, subprocess.Popen[bytes] | None] = {"daemon": None, "agent": None}
+    cmds = {"daemon": daemon_cmd, "agent": agent_cmd}
+    expected: dict[str, str] = {}
+    acked: dict[int, str] = {}
+    long: list[str] = []
+    watcher = Watcher(engine, tag)
+    watcher.start()
+
+    def ensure(*which: str) -> None:
+        for w in which:
+            if procs[w] is None:
+                procs[w] = subprocess.Popen(cmds[w], stdout=subprocess.DEVNULL, stderr=log)
+
+    def kill(w: str) -> None:
+        p = procs[w]
+        if p is not None:
+            p.kill()
+            p.wait()
+            procs[w] = None
+
+    try:
+        for trial in range(TRIALS):
+            for k in range(rng.randint(1, 2)):
+                name = f"{tag}-c{trial}-{k}"
+                kind = rng.choice(["ok", "ok", "fail", "long"])
+                script = {"ok": "sleep 0.5", "fail": "sleep 0.5; exit 1", "long": "sleep 600"}[kind]
+                acked[_queue(store, name, image, ["sh", "-c", script])] = name
+                expected[name] = {"ok": "succeeded", "fail": "failed", "long": "cancelled"}[kind]
+                if kind == "long":
+                    long.append(name)
+            if long and rng.random() < 0.5:
+                with contextlib.suppress(StoreConflict):
+                    store.cancel(long.pop(0), time.time())
+            ensure("daemon", "agent")
+            time.sleep(rng.uniform(0.5, 4.0))
+            for w in {"daemon": ("daemon",), "agent": ("agent",), "both": ("daemon", "agent")}[
+                rng.choice(["daemon", "agent", "both"])
+            ]:
+                kill(w)
+        for name in long:
+            with contextlib.suppress(StoreConflict):
+                store.cancel(name, time.time())
+        ensure("daemon", "agent")
+        end = time.monotonic() + 240
+        while time.monotonic() < end:
+            rows = {r.job: r for r in store.jobs()}
+            if all(n in rows and rows[n].state in ENDED for n in expected):
+                break
+            time.sleep(0.5)
+    finally:
+        for w in ("agent", "daemon"):
+            p = procs[w]
+            if p is not None:
+                p.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(60)
+                if p.poll() is None:
+                    p.kill()
+        watcher.stop.set()
+        watcher.join(5)
+        log.close()
+    story = (tmp_path / "procs.log").read_text(errors="replace")[-3000:]
+    outcome = dict(store.db.execute("SELECT seq, outcome FROM submissions"))
+    rows = {r.job: r for r in store.jobs()}
+    for seq, name in acked.items():
+        assert outcome[seq] in ("accepted", "withdrawn"), (name, outcome[seq], story)
+        assert rows[name].state == expected[name], (name, rows[name], story)
+        _legal_walk([(t.seq, t.state, t.at, t.reason) for t in store.transitions(name, seq)])
+        steps = [(t.state, t.reason) for t in store.transitions(name, seq)]
+        assert steps.count(("placed", "admitted")) <= 1 or ("pending", "requeued") in steps, (name, steps)
+    assert watcher.overlaps == [], watcher.overlaps
+    for name in expected:
+        assert watcher.runs.get(name, set()) <= {"1"}, (name, watcher.runs[name])  # one attempt per job
+    left = [c for c in engine.containers(all=True, label=f"{MANAGED_BY}={MANAGER}") if tag in c.name]
+    assert left == [], [c.name for c in left]
+    store.close()

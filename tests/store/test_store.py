@@ -428,6 +428,7 @@ def test_a_version_1_store_gains_the_nodes_table_and_keeps_its_rows(tmp_path):
         store.submit([("a", SPEC)], 1.0)
     with contextlib.closing(sqlite3.connect(path)) as db:  # as a store of schema version 1 was
         db.execute("DROP TABLE nodes")
+        db.execute("DROP TABLE work")
         db.execute("PRAGMA user_version=1")
         db.commit()
     with Store(path) as store:
