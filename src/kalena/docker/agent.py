@@ -26,6 +26,7 @@ from kalena.agent.ports import SubmissionSource
 from kalena.agent.writer import CgroupWriter, ManagedScope, WriteRecord
 from kalena.docker.adoption import DockerAdoptions
 from kalena.docker.cgroups import check_driver
+from kalena.docker.cluster import ATTEMPT, PLACED_BY
 from kalena.docker.declarations import DockerDeclarations
 from kalena.docker.enforcer import DockerEnforcer
 from kalena.docker.engine import DEFAULT_ENDPOINT, Engine, EventWatch, TlsFiles, connect
@@ -106,6 +107,11 @@ def build_docker_agent(
 
     links: list[DaemonLink] = []
 
+    def attempts() -> dict[str, str]:  # the daemon's jobs here, each with the attempt taken
+        agent = holder.get("agent")
+        jobs = agent.state.jobs.values() if agent is not None else ()
+        return {j.name: (j.labels or {}).get(ATTEMPT, "") for j in jobs if PLACED_BY in (j.labels or {})}
+
     def wrap(inner: SubmissionSource | None, log: ActionLog) -> SubmissionSource | None:
         if join is not None:
             node = base.node.name if base is not None else str(engine.info().get("Name") or "docker-host")
@@ -119,6 +125,7 @@ def build_docker_agent(
                     log=log,
                     clock=clock,
                     verify=join_verify,
+                    known=attempts,
                 )
             )
             inner = links[0]

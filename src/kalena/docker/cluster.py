@@ -53,6 +53,8 @@ from kalena.store.db import json_text
 CLUSTER = "cluster"
 #: A placed job's label on its agent (and so on its container): placed by the cluster daemon.
 PLACED_BY = "kalena.naughtian.io/placed-by"
+#: And which of the daemon's attempts it is: an agent never takes the same attempt twice.
+ATTEMPT = "kalena.naughtian.io/attempt"
 LIVE_OR_PLACED = (
     TaskState.PLACED, TaskState.STARTING, TaskState.RUNNING, TaskState.THROTTLED, TaskState.EVICTING,
     TaskState.EVICTED, TaskState.REQUEUED,
@@ -286,6 +288,7 @@ def _spec_of(job: JobRecord) -> dict[str, Any]:
         "limits": None if job.limits is None else dict(job.limits),
         "labels": dict(job.labels or {}),
         "slack_memory": job.slack_memory,
+        "attempt": job.run,
     }
 
 

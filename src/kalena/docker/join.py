@@ -25,7 +25,7 @@ from kalena.agent.actionlog import ActionLog
 from kalena.agent.loop import Agent
 from kalena.agent.ports import SubmissionSource
 from kalena.agent.runtime import Intake, SubmissionError, parse_submission
-from kalena.docker.cluster import CLUSTER, PLACED_BY
+from kalena.docker.cluster import ATTEMPT, CLUSTER, PLACED_BY
 from kalena.docker.engine import Engine
 
 IMAGES_EVERY_S = 10.0
@@ -44,15 +44,11 @@ class DaemonLink:
         clock: Callable[[], float] = time.time,
         client: httpx.Client | None = None,
         verify: Any = True,
+        known: Callable[[], dict[str, str]] = dict,
     ) -> None:
-        self.url, self.node, self.engine, self.inner, self.log, self.clock = (
-            url,
-            node,
-            engine,
-            inner,
-            log,
-            clock,
-        )
+        """``known``: the daemon's jobs this agent has, each with the attempt it took."""
+        self.url, self.node, self.engine, self.inner = url, node, engine, inner
+        self.log, self.clock, self.known = log, clock, known
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.client = client or httpx.Client(base_url=url, headers=headers, timeout=5.0, verify=verify)
         self.work: list[dict[str, Any]] = []
@@ -64,18 +60,23 @@ class DaemonLink:
     def new(self) -> Intake:
         got = self.inner.new() if self.inner is not None else Intake([], [], [])
         subs, cancels, problems = list(got.submissions), list(got.cancels), list(got.problems)
+        taken = self.known()
         for w in self.work:
             name = str(w.get("job"))
             if w.get("kind") == "cancel":
                 cancels.append((("daemon-cancel", name), name))
                 continue
             where = f"daemon {self.url}: job {name}"
+            spec = dict(w.get("spec") or {})
+            attempt = str(spec.pop("attempt", ""))
+            if taken.get(name) == attempt:
+                continue  # this attempt is already here (the daemon has not seen the report yet)
             try:
-                sub = parse_submission(w.get("spec"), where)
+                sub = parse_submission(spec, where)
             except SubmissionError as e:
                 problems.extend(e.problems)
                 continue
-            sub = dataclasses.replace(sub, labels={**sub.labels, PLACED_BY: CLUSTER})
+            sub = dataclasses.replace(sub, labels={**sub.labels, PLACED_BY: CLUSTER, ATTEMPT: attempt})
             subs.append((("daemon", name), where, sub))
         self.work = []
         return Intake(subs, cancels, problems)
