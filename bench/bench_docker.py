@@ -18,35 +18,21 @@ Needs root and a Docker engine (``scripts/start-dockerd.sh``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-import uuid
 from pathlib import Path
 
-import numpy as np
-
+from docker_bench import arguments, engine_and_image, percentiles
 from kalena.agent.build import cgroup_tree
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope
 from kalena.docker.cgroups import remove_empty_tree
-from kalena.docker.engine import DEFAULT_ENDPOINT, Engine, connect
-from kalena.testing.docker import busybox_image
-
-
-def percentiles(xs: list[float]) -> dict[str, float]:
-    a = np.asarray(xs) * 1e3
-    return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)), "n": len(xs)}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = arguments(__doc__)
     ap.add_argument("--trials", type=int, default=200)
-    ap.add_argument("--endpoint", default=DEFAULT_ENDPOINT)
-    ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    engine = Engine(connect(args.endpoint), args.endpoint)
-    image = busybox_image(engine)
-    tag = uuid.uuid4().hex[:8]
+    engine, image, tag = engine_and_image(args.endpoint)
     root = f"/kalena-bench-{tag}"
     tree = cgroup_tree(root)
     writer = CgroupWriter(tree, ManagedScope())

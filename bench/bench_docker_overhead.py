@@ -15,7 +15,6 @@ Needs root and a Docker engine (``scripts/start-dockerd.sh``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -24,17 +23,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import httpx
 import numpy as np
 import yaml
 
+from docker_bench import arguments, engine_and_image
 from kalena.docker.cgroups import remove_empty_tree
-from kalena.docker.engine import DEFAULT_ENDPOINT, Engine, connect
 from kalena.store import Store
-from kalena.testing.docker import busybox_image
 
 P = "kalena.naughtian.io/"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -55,17 +52,13 @@ def memory_kib(pid: int) -> dict[str, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = arguments(__doc__)
     ap.add_argument("--containers", type=int, default=100)
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--window", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=15.0)
-    ap.add_argument("--endpoint", default=DEFAULT_ENDPOINT)
-    ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    engine = Engine(connect(args.endpoint), args.endpoint)
-    image = busybox_image(engine)
-    tag = uuid.uuid4().hex[:8]
+    engine, image, tag = engine_and_image(args.endpoint)
     root = "/kalena"  # docker serve's own root, as an operator runs it
     work = Path(tempfile.mkdtemp(prefix="kalena-bench-"))
     prod = [f"bench-{tag}-{i}" for i in range(args.containers - args.batch)]

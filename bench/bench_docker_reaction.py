@@ -24,7 +24,6 @@ Needs root and a Docker engine (``scripts/start-dockerd.sh``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import shutil
@@ -32,11 +31,9 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
-import numpy as np
-
+from docker_bench import arguments, engine_and_image, percentiles
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import parse_declaration
 from kalena.agent.writer import WriteRecord
@@ -45,9 +42,7 @@ from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.estimators import DecayParams
 from kalena.docker.agent import build_docker_agent
 from kalena.docker.cgroups import remove_empty_tree
-from kalena.docker.engine import DEFAULT_ENDPOINT, Engine, connect
 from kalena.store import Store
-from kalena.testing.docker import busybox_image
 
 P = "kalena.naughtian.io/"
 #: Idle (a 10 ms poll) until /flag/burn exists, then two busy loops until it is gone.
@@ -57,26 +52,12 @@ BURN = (
 )
 
 
-def percentiles(xs: list[float]) -> dict[str, float]:
-    a = np.asarray(xs) * 1e3
-    return {
-        "p50_ms": float(np.percentile(a, 50)),
-        "p99_ms": float(np.percentile(a, 99)),
-        "max_ms": float(a.max()),
-        "n": len(xs),
-    }
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = arguments(__doc__)
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--sample-interval", type=float, default=0.1)
-    ap.add_argument("--endpoint", default=DEFAULT_ENDPOINT)
-    ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    engine = Engine(connect(args.endpoint), args.endpoint)
-    image = busybox_image(engine)
-    tag = uuid.uuid4().hex[:8]
+    engine, image, tag = engine_and_image(args.endpoint)
     root, flags = f"/kalena-bench-{tag}", Path(tempfile.mkdtemp(prefix="kalena-bench-"))
     state = Path(tempfile.mkdtemp(prefix="kalena-bench-state-"))
     prod = f"bench-prod-{tag}"

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from docker_testlib import until
 from typer.testing import CliRunner
 
 from kalena.agent.config import AgentConfig
@@ -46,19 +46,6 @@ def kalena(*args: str):
 
 P = "kalena.naughtian.io/"
 MIB = 2**20
-
-
-def until(
-    check: Callable[[], bool], bound_s: float = 60.0, every: Callable[[], object] | None = None
-) -> bool:
-    end = time.monotonic() + bound_s
-    while time.monotonic() < end:
-        if every is not None:
-            every()
-        if check():
-            return True
-        time.sleep(0.25)
-    return check()
 
 
 def run_container(engine: Engine, image: str, name: str, cmd: str, labels=None, **host) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from docker_testlib import free_port, until
 
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import parse_declaration
@@ -33,24 +33,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 P = "kalena.naughtian.io/"
 MIB = 2**20
 ONLY_C = "kalena-test/busybox:only-c"
-
-
-def until(check: Callable[[], bool], every: Callable[[], object], bound_s: float = 90.0) -> bool:
-    end = time.monotonic() + bound_s
-    while time.monotonic() < end:
-        every()
-        if check():
-            return True
-        time.sleep(0.2)
-    return check()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def agent_for(name: str, endpoint: str, root: str, state: Path, url: str):
@@ -127,14 +109,14 @@ def test_two_hosts_placement_image_locality_cancel_and_a_host_going_away(engine,
         # 1. image locality: with both hosts empty, the job goes where its image is
         y = f"y-{tag}"
         queue(y, ONLY_C, 50)
-        assert until(lambda: host_of(y) == "c" and running_on(y, "c"), rounds)
+        assert until(lambda: host_of(y) == "c" and running_on(y, "c"), every=rounds)
         facts = engines["c"].inspect(f"kalena-{y}.1")
         assert facts is not None and facts.labels[PLACED_BY] == "cluster"
         # 2. across hosts: 250 MiB each, a host holds two at most (b: 64 + 500; c: 50 + 500)
         xs = [f"x{i}-{tag}" for i in range(4)]
         for x in xs:
             queue(x, image, 250)
-        assert until(lambda: all(host_of(x) and running_on(x, host_of(x)) for x in xs), rounds)
+        assert until(lambda: all(host_of(x) and running_on(x, host_of(x)) for x in xs), every=rounds)
         on = {h: sorted(x for x in xs if host_of(x) == h) for h in engines}
         assert len(on["b"]) == len(on["c"]) == 2, on
         rounds()  # the daemon reads the reports of the last round
@@ -147,13 +129,13 @@ def test_two_hosts_placement_image_locality_cancel_and_a_host_going_away(engine,
         for x in [*on["b"], y]:
             db.cancel(x, time.time())
         gone = [*on["b"], y]
-        assert until(lambda: all(cluster.state.task(x) is TaskState.CANCELLED for x in gone), rounds)
+        assert until(lambda: all(cluster.state.task(x) is TaskState.CANCELLED for x in gone), every=rounds)
         assert all(engines[h].inspect(f"kalena-{x}.1") is None for x, h in ((on["b"][0], "b"), (y, "c")))
         # 4. host c goes away: its engine stops (its containers with it) and its agent with it
         live.pop("c").shutdown()
         made[1].stop()
         moved = on["c"]
-        assert until(lambda: all(host_of(x) == "b" and running_on(x, "b") for x in moved), rounds)
+        assert until(lambda: all(host_of(x) == "b" and running_on(x, "b") for x in moved), every=rounds)
         rounds()
         for x in moved:
             walk = [(t.state.value, t.reason.value) for t in cluster.state.history(x)]
@@ -221,7 +203,7 @@ def test_the_daemon_and_a_joined_host_as_an_operator_runs_them(engine, image, ta
             rows = {j["job"]: j for j in json.loads(out.stdout)} if out.exit_code == 0 else {}
             return rows.get(name, {}).get("state") == "failed"
 
-        assert until(ended, lambda: None, bound_s=120)
+        assert until(ended, bound_s=120)
         rows = {
             j["job"]: j
             for j in json.loads(CliRunner().invoke(app, ["jobs", "--store", str(db), "--json"]).stdout)

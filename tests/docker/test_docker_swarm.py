@@ -12,9 +12,10 @@ would be restarted by Swarm's reconciler, fighting the eviction.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from docker_testlib import until
 
 import docker
 from kalena.agent.config import AgentConfig
@@ -30,19 +31,6 @@ from kalena.store import Store
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 P = "kalena.naughtian.io/"
 MIB = 2**20
-
-
-def until(
-    check: Callable[[], bool], bound_s: float = 90.0, every: Callable[[], object] | None = None
-) -> bool:
-    end = time.monotonic() + bound_s  # a bound on a hung test, not a speed assertion
-    while time.monotonic() < end:
-        if every is not None:
-            every()
-        if check():
-            return True
-        time.sleep(0.25)
-    return check()
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import math
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -235,14 +236,7 @@ def run(
         raise fail_with([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
     except (LayoutError, OSError) as e:
         raise fail_with([f"cannot run the agent on this host: {e}"], EXIT_HOST) from None
-    stop = {"now": False}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    end = time.monotonic() + duration if duration > 0 else None
+    should_stop = stop_on_signals(duration)
     try:
         agent.start()
     except ValueError as e:  # a corrupt state file: never guessed at, never overwritten
@@ -282,14 +276,25 @@ def run(
                 "  warning: the token travels in clear text: give --api-tls-cert/--api-tls-key", err=True
             )
     try:
-        agent.run(
-            should_stop=lambda: stop["now"] or (end is not None and time.monotonic() >= end), on_step=on_step
-        )
+        agent.run(should_stop=should_stop, on_step=on_step)
     finally:
         if server is not None:
             server.stop()
         agent.shutdown()
         agent.log.close()
+
+
+def stop_on_signals(duration: float) -> Callable[[], bool]:
+    """Whether to stop: SIGTERM or SIGINT came, or ``duration`` seconds (> 0) have passed."""
+    stop = {"now": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    end = time.monotonic() + duration if duration > 0 else None
+    return lambda: stop["now"] or (end is not None and time.monotonic() >= end)
 
 
 def read_token(path: Path, option: str) -> str:

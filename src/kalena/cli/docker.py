@@ -8,7 +8,6 @@ store or the API's address) cannot be used."""
 from __future__ import annotations
 
 import math
-import signal
 import time
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +22,14 @@ from kalena.docker.engine import DEFAULT_ENDPOINT
 from kalena.store import Store, StoreError
 
 app = typer.Typer(help="Kalena on Docker hosts.", no_args_is_help=True)
+
+# the API's options, the same on a host (serve) and on the daemon
+TokenFile = Annotated[
+    Path | None, typer.Option("--token-file", help="The API's bearer token (needed off loopback).")
+]
+ApiCert = Annotated[Path | None, typer.Option("--api-tls-cert", help="The API's TLS certificate.")]
+ApiKey = Annotated[Path | None, typer.Option("--api-tls-key", help="The API's TLS key.")]
+Duration = Annotated[float, typer.Option("--duration", help="Stop after this many seconds (0: never).")]
 
 
 @app.command()
@@ -40,11 +47,9 @@ def serve(
     listen: Annotated[
         str, typer.Option("--listen", help="The HTTP API: HOST:PORT or unix:PATH.")
     ] = DEFAULT_LISTEN,
-    token_file: Annotated[
-        Path | None, typer.Option("--token-file", help="The API's bearer token (needed off loopback).")
-    ] = None,
-    api_tls_cert: Annotated[Path | None, typer.Option("--api-tls-cert")] = None,
-    api_tls_key: Annotated[Path | None, typer.Option("--api-tls-key")] = None,
+    token_file: TokenFile = None,
+    api_tls_cert: ApiCert = None,
+    api_tls_key: ApiKey = None,
     join: Annotated[
         str | None, typer.Option("--join", help="A cluster daemon's URL (kalena docker daemon).")
     ] = None,
@@ -54,9 +59,7 @@ def serve(
         float, typer.Option("--grace-period", help="SIGTERM -> SIGKILL, seconds.")
     ] = 30.0,
     min_run_time: Annotated[float, typer.Option("--min-run-time", help="Batch exempt this long.")] = 120.0,
-    duration: Annotated[
-        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
-    ] = 0.0,
+    duration: Duration = 0.0,
 ) -> None:
     """Run the agent on the local engine and serve the API (submit, jobs, why, cancel, status, metrics)."""
     agent_cli.run(
@@ -85,15 +88,13 @@ def daemon(
     listen: Annotated[
         str, typer.Option("--listen", help="The HTTP API (agents report here): HOST:PORT or unix:PATH.")
     ] = DEFAULT_LISTEN,
-    token_file: Annotated[
-        Path | None, typer.Option("--token-file", help="The API's bearer token (needed off loopback).")
-    ] = None,
-    api_tls_cert: Annotated[Path | None, typer.Option("--api-tls-cert")] = None,
-    api_tls_key: Annotated[Path | None, typer.Option("--api-tls-key")] = None,
+    token_file: TokenFile = None,
+    api_tls_cert: ApiCert = None,
+    api_tls_key: ApiKey = None,
     lost_after: Annotated[
         float, typer.Option("--lost-after", help="Seconds without a report before a host is gone.")
     ] = 30.0,
-    duration: Annotated[float, typer.Option("--duration", help="Stop after this many s (0: never).")] = 0.0,
+    duration: Duration = 0.0,
 ) -> None:
     """The cluster daemon: one queue over several Docker hosts, whose agents join it (serve --join)."""
     if not (math.isfinite(lost_after) and lost_after > 0):
@@ -113,16 +114,9 @@ def daemon(
     except OSError as e:
         raise agent_cli.fail_with([f"--listen: {where.describe()}: {e}"], agent_cli.EXIT_HOST) from None
     typer.echo(f"kalena docker daemon: store {store}, api {where.describe()}", err=True)
-    stop = {"now": False}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    end = time.monotonic() + duration if duration > 0 else None
+    should_stop = agent_cli.stop_on_signals(duration)
     try:
-        while not stop["now"] and (end is None or time.monotonic() < end):
+        while not should_stop():
             cluster.tick()
             time.sleep(1.0)
     finally:
