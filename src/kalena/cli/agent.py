@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import signal
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -217,7 +218,7 @@ def run(
                 cgroup_root=DOCKER_ROOT if cgroup_root == "auto" else cgroup_root,
                 join=join,
                 join_token=join_token,
-                join_verify=str(join_ca) if join_ca else True,
+                join_verify=ssl.create_default_context(cafile=str(join_ca)) if join_ca else True,
             )
         else:
             assert decl is not None

@@ -9,6 +9,7 @@ An endpoint is what ``docker -H`` takes: ``unix:///var/run/docker.sock`` (the de
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,6 +49,18 @@ def _reason(e: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
+_CA_BUNDLE_VARS = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+
+
+@contextlib.contextmanager
+def _without_env(*names: str) -> Iterator[None]:
+    saved = {n: os.environ.pop(n) for n in names if n in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def connect(
     endpoint: str = DEFAULT_ENDPOINT, tls: TlsFiles | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> docker.DockerClient:
@@ -67,14 +80,22 @@ def connect(
         for what, path in (("CA", tls.ca), ("certificate", tls.cert), ("key", tls.key)):
             if not path.is_file():
                 raise EngineError(endpoint, f"TLS {what} file {path} does not exist")
-        tls_config = docker.tls.TLSConfig(client_cert=(str(tls.cert), str(tls.key)), ca_cert=str(tls.ca))
-    try:
-        client = docker.DockerClient(
-            base_url=endpoint,
-            tls=tls_config,
-            timeout=int(timeout_s),
-            use_ssh_client=endpoint.startswith("ssh://"),
+        # verify=True makes the SDK check the engine against this CA (without it, the system's CAs)
+        tls_config = docker.tls.TLSConfig(
+            client_cert=(str(tls.cert), str(tls.key)), ca_cert=str(tls.ca), verify=True
         )
+    try:
+        # requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE override the CA a client was given: with
+        # TLS files the engine is checked against their CA, the environment's bundle left out
+        with _without_env(*(_CA_BUNDLE_VARS if tls is not None else ())):
+            client = docker.DockerClient(
+                base_url=endpoint,
+                tls=tls_config,
+                timeout=int(timeout_s),
+                use_ssh_client=endpoint.startswith("ssh://"),
+            )
+        if tls is not None:
+            client.api.trust_env = False
         client.ping()
     except (docker.errors.DockerException, OSError) as e:
         raise EngineError(endpoint, f"not reachable: {_reason(e)}") from None

@@ -67,7 +67,8 @@ class SecondEngine:
     (the flags of ``scripts/start-dockerd.sh``): a second Docker host for the tests. ``stop()``
     ends it and removes its folders."""
 
-    def __init__(self, base: Path, name: str = "second") -> None:
+    def __init__(self, base: Path, name: str = "second", extra: list[str] | None = None) -> None:
+        """``extra``: more flags for ``dockerd`` (another ``-H`` with its TLS flags, say)."""
         self.base = base
         self.sock = base / "docker.sock"
         self.endpoint = f"unix://{self.sock}"
@@ -79,7 +80,7 @@ class SecondEngine:
         self.proc = subprocess.Popen(
             [dockerd, "--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver=vfs",
              "--data-root", str(base / "data"), "--exec-root", str(base / "exec"),
-             "--pidfile", str(base / "docker.pid"), "-H", self.endpoint],
+             "--pidfile", str(base / "docker.pid"), "-H", self.endpoint, *(extra or [])],
             stdout=self.log, stderr=self.log, start_new_session=True,
         )  # fmt: skip
         self.name = name
