@@ -98,6 +98,7 @@ class Cluster:
         self.log: ActionLog = DbActionLog(db, CLUSTER)
         self.state = self.saver.load(clock()) or AgentState(CLUSTER)
         self.rng = np.random.default_rng(0)
+        self._bad: dict[str, str | None] = {}  # the hosts whose report is left out, and why
 
     # -- the tick ---------------------------------------------------------------------------------
     def tick(self) -> dict[str, list[str]]:
@@ -107,12 +108,31 @@ class Cluster:
         self._intake(now)
         reports = self.db.nodes()
         alive = {h: r for h, r in reports.items() if now - float(r.get("at") or 0) <= self.lost_after_s}
+        alive = {h: r for h, r in alive.items() if self._usable(h, r, now)}
         self._mirror(alive, now)
         self._lost(alive, now)
         placed = self._place(alive, now)
         self.saver.save(self.state)
         self._work(reports)
         return placed
+
+    def _usable(self, host: str, report: Mapping[str, Any], now: float) -> bool:
+        """A report the ledger can be built from: numbers where numbers go, production within the
+        capacity. Another is left out (its host counts as not reporting), said once."""
+        try:
+            cap = _res(report.get("capacity"), math.inf).array()
+            prod = _res(report.get("production_limits"), 0.0).array()
+            _res(report.get("production_reservations"), 0.0)
+            for b in report.get("batch") or []:
+                Resources.from_mapping(b.get("requests") or {})
+                str(b["workload"]), str(b["job"]), int(b.get("priority") or 0)
+            ok, why = bool((prod <= cap * (1 + 1e-9)).all()), "production asks for more than the capacity"
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            ok, why = False, f"malformed: {e}"
+        if not ok and self._bad.get(host) != why:
+            self.log.append("warning", now, what=f"report of {host} left out: {why}", node=host)
+        self._bad[host] = None if ok else why
+        return ok
 
     def _intake(self, now: float) -> None:
         new = self.source.new()
