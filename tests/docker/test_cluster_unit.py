@@ -44,6 +44,15 @@ def test_tick_places_on_good_reports_requeues_a_lost_host_and_ends_a_pending_can
     assert sorted((w["job"], w["kind"], w["spec"]["attempt"]) for w in work) == [
         ("a", "submit", 1), ("b", "submit", 1),
     ]  # fmt: skip
+    # a report the daemon cannot use keeps the host's jobs there (nothing new is placed on it)
+    report_into(
+        db, "good", {"status": {**status(8.0), "batch": "nonsense"}, "images": [], "jobs": {}}, clock.t
+    )
+    db.submit([("c", spec("c"))], clock.t)
+    assert cluster.tick() == {}
+    assert {cluster.state.jobs[n].host for n in ("a", "b")} == {"good"} and cluster.state.jobs[
+        "c"
+    ].host is None
     # the host stops reporting: its jobs are requeued, and wait (no host reports)
     clock.t += 11
     cluster.tick()
@@ -53,6 +62,7 @@ def test_tick_places_on_good_reports_requeues_a_lost_host_and_ends_a_pending_can
         assert cluster.state.jobs[name].host is None
     assert cluster.state.jobs["a"].why_pending == "no host reports to this daemon"
     db.cancel("a", clock.t)
+    db.cancel("c", clock.t)
     cluster.tick()
     assert cluster.state.task("a") is TaskState.CANCELLED
     # it comes back: the requeued job is placed again, as its second attempt

@@ -108,17 +108,18 @@ class Cluster:
         self._intake(now)
         reports = self.db.nodes()
         alive = {h: r for h, r in reports.items() if now - float(r.get("at") or 0) <= self.lost_after_s}
-        alive = {h: r for h, r in alive.items() if self._usable(h, r, now)}
         self._mirror(alive, now)
         self._lost(alive, now)
-        placed = self._place(alive, now)
+        # a report the ledger cannot be built from keeps its host's jobs there, but nothing new goes there
+        placeable = {h: r for h, r in alive.items() if self._usable(h, r, now)}
+        placed = self._place(placeable, now)
         self.saver.save(self.state)
         self._work(reports)
         return placed
 
     def _usable(self, host: str, report: Mapping[str, Any], now: float) -> bool:
         """A report the ledger can be built from: numbers where numbers go, production within the
-        capacity. Another is left out (its host counts as not reporting), said once."""
+        capacity. Another is left out of placement (its host keeps what runs there), said once."""
         try:
             cap = _res(report.get("capacity"), math.inf).array()
             prod = _res(report.get("production_limits"), 0.0).array()
