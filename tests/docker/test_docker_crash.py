@@ -67,6 +67,26 @@ def _queue(store: Store, name: str, image: str, command: list[str]) -> int:
     return store.submit([(name, spec)], time.time())[0]
 
 
+SCRIPTS = {"ok": "sleep 0.5", "fail": "sleep 0.5; exit 1", "long": "sleep 600"}
+ENDS = {"ok": "succeeded", "fail": "failed", "long": "cancelled"}
+
+
+def _trial_jobs(store: Store, rng: random.Random, image: str, prefix: str, most: int,
+                acked: dict[int, str], expected: dict[str, str], long: list[str]) -> None:  # fmt: skip
+    """One trial's jobs (1 to ``most``): each exits 0, exits 1 or sleeps until cancelled, drawn from
+    ``rng``; then, half the time, a cancel of the oldest sleeper, taken by this incarnation or the next."""
+    for k in range(rng.randint(1, most)):
+        name = f"{prefix}-{k}"
+        kind = rng.choice(["ok", "ok", "fail", "long"])
+        acked[_queue(store, name, image, ["sh", "-c", SCRIPTS[kind]])] = name
+        expected[name] = ENDS[kind]
+        if kind == "long":
+            long.append(name)
+    if long and rng.random() < 0.5:
+        with contextlib.suppress(StoreConflict):
+            store.cancel(long.pop(0), time.time())
+
+
 def _legal_walk(steps: list[tuple[int, str, float, str]]) -> None:
     assert [s[0] for s in steps] == list(range(len(steps)))  # no step missing, none twice
     assert (steps[0][1], steps[0][3]) == ("pending", "submitted")
@@ -74,6 +94,19 @@ def _legal_walk(steps: list[tuple[int, str, float, str]]) -> None:
         allowed = EDGE_REASONS.get((TaskState(a), TaskState(b)), frozenset())
         assert TransitionReason(why) in allowed, (a, b, why, steps)
         assert tb >= ta
+
+
+def _nothing_lost(store: Store, acked: dict[int, str], expected: dict[str, str], story: str):
+    """Every acknowledged submission was taken and ended as its command said, and each job's
+    history is one legal walk of the core's table (no step lost or written twice). Returns the
+    submissions' outcomes and the jobs' rows."""
+    outcome = dict(store.db.execute("SELECT seq, outcome FROM submissions"))
+    rows = {r.job: r for r in store.jobs()}
+    for seq, name in acked.items():
+        assert outcome[seq] in ("accepted", "withdrawn"), (name, outcome[seq], story)
+        assert rows[name].state == expected[name], (name, rows[name], story)
+        _legal_walk([(t.seq, t.state, t.at, t.reason) for t in store.transitions(name, seq)])
+    return outcome, rows
 
 
 def test_sigkill_at_random_points_loses_nothing_and_runs_no_attempt_twice(
@@ -98,17 +131,7 @@ def test_sigkill_at_random_points_loses_nothing_and_runs_no_attempt_twice(
     agent: subprocess.Popen[bytes] | None = None
     try:
         for trial in range(TRIALS):
-            for k in range(rng.randint(1, 3)):
-                name = f"{tag}-{trial}-{k}"
-                kind = rng.choice(["ok", "ok", "fail", "long"])
-                script = {"ok": "sleep 0.5", "fail": "sleep 0.5; exit 1", "long": "sleep 600"}[kind]
-                acked[_queue(store, name, image, ["sh", "-c", script])] = name
-                expected[name] = {"ok": "succeeded", "fail": "failed", "long": "cancelled"}[kind]
-                if kind == "long":
-                    long.append(name)
-            if long and rng.random() < 0.5:  # a cancel, taken by this incarnation or the next
-                with contextlib.suppress(StoreConflict):
-                    store.cancel(long.pop(0), time.time())
+            _trial_jobs(store, rng, image, f"{tag}-{trial}", 3, acked, expected, long)
             agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
             time.sleep(rng.uniform(0.3, 4.0))  # the point of the kill: drawn from the seed
             agent.kill()
@@ -136,16 +159,7 @@ def test_sigkill_at_random_points_loses_nothing_and_runs_no_attempt_twice(
         log.close()
     story = (tmp_path / "agent.log").read_text(errors="replace")[-3000:]
 
-    # no job lost: every acknowledged submission was taken, and ended as its command said
-    outcome = dict(store.db.execute("SELECT seq, outcome FROM submissions"))
-    rows = {r.job: r for r in store.jobs()}
-    for seq, name in acked.items():
-        assert outcome[seq] in ("accepted", "withdrawn"), (name, outcome[seq], story)
-        assert rows[name].state == expected[name], (name, rows[name], story)
-    # no step lost or written twice: each job's history is one legal walk of the core's table
-    for seq, name in acked.items():
-        steps = [(t.seq, t.state, t.at, t.reason) for t in store.transitions(name, seq)]
-        _legal_walk(steps)
+    outcome, rows = _nothing_lost(store, acked, expected, story)
     # no task attempt twice: one run per job (nothing was evicted), never two containers at once
     assert watcher.overlaps == [], watcher.overlaps
     for name, row in rows.items():
@@ -217,17 +231,7 @@ def test_sigkill_of_the_daemon_and_the_agent_loses_nothing_and_runs_no_attempt_t
 
     try:
         for trial in range(TRIALS):
-            for k in range(rng.randint(1, 2)):
-                name = f"{tag}-c{trial}-{k}"
-                kind = rng.choice(["ok", "ok", "fail", "long"])
-                script = {"ok": "sleep 0.5", "fail": "sleep 0.5; exit 1", "long": "sleep 600"}[kind]
-                acked[_queue(store, name, image, ["sh", "-c", script])] = name
-                expected[name] = {"ok": "succeeded", "fail": "failed", "long": "cancelled"}[kind]
-                if kind == "long":
-                    long.append(name)
-            if long and rng.random() < 0.5:
-                with contextlib.suppress(StoreConflict):
-                    store.cancel(long.pop(0), time.time())
+            _trial_jobs(store, rng, image, f"{tag}-c{trial}", 2, acked, expected, long)
             ensure("daemon", "agent")
             time.sleep(rng.uniform(0.5, 4.0))
             for w in {"daemon": ("daemon",), "agent": ("agent",), "both": ("daemon", "agent")}[
@@ -257,12 +261,8 @@ def test_sigkill_of_the_daemon_and_the_agent_loses_nothing_and_runs_no_attempt_t
         watcher.join(5)
         log.close()
     story = (tmp_path / "procs.log").read_text(errors="replace")[-3000:]
-    outcome = dict(store.db.execute("SELECT seq, outcome FROM submissions"))
-    rows = {r.job: r for r in store.jobs()}
+    _nothing_lost(store, acked, expected, story)
     for seq, name in acked.items():
-        assert outcome[seq] in ("accepted", "withdrawn"), (name, outcome[seq], story)
-        assert rows[name].state == expected[name], (name, rows[name], story)
-        _legal_walk([(t.seq, t.state, t.at, t.reason) for t in store.transitions(name, seq)])
         steps = [(t.state, t.reason) for t in store.transitions(name, seq)]
         assert steps.count(("placed", "admitted")) <= 1 or ("pending", "requeued") in steps, (name, steps)
     assert watcher.overlaps == [], watcher.overlaps

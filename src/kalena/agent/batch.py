@@ -54,6 +54,7 @@ from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.config import AgentConfig
 from kalena.agent.layout import BATCH_PARENT
 from kalena.agent.ports import Runtime, StatePort, SubmissionSource
+from kalena.agent.runtime import Intake
 from kalena.agent.state import LIVE, AgentState, EvictionRecord, JobRecord
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite
 from kalena.core.enforcement import EvictionCause, start_quota
@@ -78,6 +79,26 @@ def batch_spec(job: JobRecord, workload_id: str | None = None) -> WorkloadSpec:
         owner=f"{BATCH_PARENT}/{job.name}",
         slack_memory=job.slack_memory,
     )
+
+
+def take_submissions(state: AgentState, log: ActionLog, new: Intake, now: float) -> dict[object, str]:
+    """Each valid submission of ``new`` becomes a PENDING job of ``state``, unless a job of its name
+    has not ended (then it is rejected and logged); returns what became of each token. The agent
+    and the cluster daemon take their queues through this one rule."""
+    outcomes: dict[object, str] = {}
+    for token, where, sub in new.submissions:
+        if sub.name in state.jobs and not state.task(sub.name).terminal:
+            still = state.status(sub.name)
+            problem = f"{where}: name: job {sub.name!r} is still {still} (value: {sub.name!r})"
+            log.append("rejected-submission", now, problem=problem)
+            outcomes[token] = f"rejected: still {still}"
+            continue
+        job = sub.job(now)
+        job.submission = token if isinstance(token, int) else None
+        state.submit(job, now)  # a finished job of that name is forgotten
+        log.append("submit", now, job=sub.name, priority=sub.priority, requests=sub.requests)
+        outcomes[token] = "accepted"
+    return outcomes
 
 
 class BatchRuns:
@@ -181,19 +202,7 @@ class BatchRuns:
             self.log.append("rejected-submission", now, problem=p.render())
         if not new.submissions and not new.cancels:
             return
-        outcomes: dict[object, str] = {}
-        for token, where, sub in new.submissions:
-            if sub.name in self.state.jobs and not self.state.task(sub.name).terminal:
-                still = self.state.status(sub.name)
-                problem = f"{where}: name: job {sub.name!r} is still {still} (value: {sub.name!r})"
-                self.log.append("rejected-submission", now, problem=problem)
-                outcomes[token] = f"rejected: still {still}"
-                continue
-            job = sub.job(now)
-            job.submission = token if isinstance(token, int) else None
-            self.state.submit(job, now)  # a finished job of that name is forgotten
-            self.log.append("submit", now, job=sub.name, priority=sub.priority, requests=sub.requests)
-            outcomes[token] = "accepted"
+        outcomes = take_submissions(self.state, self.log, new, now)
         for token, name in new.cancels:
             outcomes[token] = self.cancel(ledger, name, now)
         self.submissions.commit(outcomes, lambda: self.store.save(self.state))

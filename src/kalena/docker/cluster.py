@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from kalena.agent.actionlog import ActionLog
+from kalena.agent.batch import take_submissions
 from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
 from kalena.agent.state import AgentState, JobRecord
 from kalena.core.ledger import Ledger, PlaceBatch, ReservationUpdate
@@ -139,16 +140,7 @@ class Cluster:
         new = self.source.new()
         for p in new.problems:
             self.log.append("rejected-submission", now, problem=p.render())
-        outcomes: dict[object, str] = {}
-        for token, _, sub in new.submissions:
-            if sub.name in self.state.jobs and not self.state.task(sub.name).terminal:
-                outcomes[token] = f"rejected: still {self.state.status(sub.name)}"
-                continue
-            job = sub.job(now)
-            job.submission = token if isinstance(token, int) else None
-            self.state.submit(job, now)
-            self.log.append("submit", now, job=sub.name, priority=sub.priority, requests=sub.requests)
-            outcomes[token] = "accepted"
+        outcomes = take_submissions(self.state, self.log, new, now)  # the agent's rule, the same
         for token, name in new.cancels:
             outcomes[token] = self._cancel(name, now)
         if outcomes:
