@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kalena.core.lifecycle import TaskState
 from kalena.docker.cluster import Cluster, report_into
+from kalena.docker.join import DaemonLink
 from kalena.store import Store
 
 
@@ -73,3 +74,110 @@ def test_tick_places_on_good_reports_requeues_a_lost_host_and_ends_a_pending_can
     again = Cluster(db, lost_after_s=10.0, clock=clock)
     assert again.state.task("b") is TaskState.PLACED and again.state.jobs["b"].host == "good"
     db.close()
+
+
+def run_steps(t: float, *tail: tuple[str, str]) -> list[list]:
+    """An agent's history of one daemon job: its own submitted/admitted, then ``tail``."""
+    walk = [("pending", "submitted"), ("placed", "admitted"), ("starting", "start-requested"),
+            ("running", "started"), *tail]  # fmt: skip
+    return [[s, t + i, r] for i, (s, r) in enumerate(walk)]
+
+
+def entry(state: str, steps: list[list], attempt: int) -> dict:
+    return {"state": state, "run": 1, "exit_code": None, "steps": steps, "placed_by": "cluster",
+            "attempt": str(attempt)}  # fmt: skip
+
+
+def test_a_run_evicted_on_its_host_comes_back_to_the_queue_and_keeps_off_that_host_while_it_cools(tmp_path):
+    """Seed 000 §4.3-4.4: an evicted run goes back to the cluster's queue, not to its host's, and the
+    cooldown its host's agent set keeps it elsewhere; the old attempt is let go (a cancel naming it)."""
+    clock = Clock()
+    db = Store(tmp_path / "cluster.db")
+    both = {"a": ["app:1"], "b": []}  # image locality: a holds the image
+    for h, images in both.items():
+        report_into(db, h, {"status": status(8.0), "images": images, "jobs": {}}, clock.t)
+    db.submit([("j", spec("j"))], clock.t)
+    cluster = Cluster(db, lost_after_s=60.0, clock=clock)
+    assert cluster.tick() == {"a": ["j"]}
+    t0 = clock.t
+    clock.t += 10
+    evicted = run_steps(
+        t0, ("evicting", "evicted-ledger-breach"), ("evicted", "exited"), ("pending", "requeued")
+    )
+    a_report = {
+        "status": status(8.0), "images": ["app:1"], "jobs": {"j": entry("pending", evicted, 1)},
+        "context": {"cooldowns": {"batch/j": clock.t + 300}, "blacklist": [], "ineligible_until": None},
+    }  # fmt: skip
+    report_into(db, "a", a_report, clock.t)
+    report_into(db, "b", {"status": status(8.0), "images": [], "jobs": {}}, clock.t)
+    assert cluster.tick() == {"b": ["j"]}  # not back on a, though a holds the image
+    walk = [(t.state.value, t.reason.value) for t in cluster.state.history("j")]
+    assert walk == [
+        ("pending", "submitted"), ("placed", "admitted"), ("starting", "start-requested"),
+        ("running", "started"), ("evicting", "evicted-ledger-breach"), ("evicted", "exited"),
+        ("pending", "requeued"), ("placed", "admitted"),
+    ]  # fmt: skip
+    assert cluster.state.jobs["j"].run == 2
+    assert [e.data["node"] for e in db.events(kinds=["requeued"])] == ["a"]
+    work_a = report_into(db, "a", a_report, clock.t)
+    assert [(w["job"], w["kind"], w["spec"]) for w in work_a] == [("j", "cancel", {"attempt": "1"})]
+    work_b = report_into(db, "b", {"status": status(8.0), "images": [], "jobs": {}}, clock.t)
+    assert [(w["job"], w["kind"], w["spec"]["attempt"]) for w in work_b] == [("j", "submit", 2)]
+    # b runs attempt 2; a's stale attempt 1 is not mirrored into it
+    clock.t += 5
+    running = {"j": entry("running", run_steps(clock.t), 2)}
+    report_into(db, "b", {"status": status(8.0), "images": [], "jobs": running}, clock.t)
+    cluster.tick()
+    assert cluster.state.task("j") is TaskState.RUNNING and cluster.state.jobs["j"].host == "b"
+    db.close()
+
+
+def test_a_host_escalation_made_ineligible_or_a_harmful_pairing_takes_no_new_batch(tmp_path):
+    clock = Clock()
+    db = Store(tmp_path / "cluster.db")
+    ctx_a = {"cooldowns": {}, "blacklist": [], "ineligible_until": clock.t + 60}
+    report_into(db, "a", {"status": status(8.0), "images": ["app:1"], "jobs": {}, "context": ctx_a}, clock.t)
+    ctx_b = {"cooldowns": {}, "blacklist": ["batch/x"], "ineligible_until": None}
+    report_into(db, "b", {"status": status(8.0), "images": [], "jobs": {}, "context": ctx_b}, clock.t)
+    db.submit([("x", spec("x")), ("y", spec("y"))], clock.t)
+    cluster = Cluster(db, lost_after_s=600.0, clock=clock)
+    assert cluster.tick() == {"b": ["y"]}  # a is slack-ineligible; x and b are a harmful pairing
+    assert cluster.state.jobs["x"].why_pending_codes == ["node-slack-ineligible", "harmful-pairing"]
+    assert (
+        cluster.state.jobs["x"].why_pending
+        == "0/2 nodes are available: 1 Harmful pairing, 1 Node slack ineligible."
+    )
+    clock.t += 61  # a's deadline is over
+    report_into(db, "a", {"status": status(8.0), "images": ["app:1"], "jobs": {}, "context": ctx_a}, clock.t)
+    report_into(db, "b", {"status": status(8.0), "images": [], "jobs": {}, "context": ctx_b}, clock.t)
+    assert cluster.tick() == {"a": ["x"]}
+    # a malformed context leaves the host's report out of placement, said once
+    bad = {"cooldowns": {"batch/z": "soon"}, "blacklist": [], "ineligible_until": None}
+    report_into(db, "b", {"status": status(8.0), "images": [], "jobs": {}, "context": bad}, clock.t)
+    cluster.tick()
+    assert any("report of b left out" in e.data["what"] for e in db.events(kinds=["warning"]))
+    db.close()
+
+
+def test_a_joined_agent_ends_only_the_attempt_a_cancel_names():
+    """The agent's side (``DaemonLink``, no HTTP needed for its intake): a cancel of an attempt it
+    does not have ends nothing, and a new attempt of a job waits while the one it holds ends."""
+    held: dict[str, str] = {}
+    link = DaemonLink("http://127.0.0.1:9", "h", None, known=lambda: dict(held))  # type: ignore[arg-type]
+
+    def intake(*work: dict) -> tuple[list[str], list[str]]:
+        link.work = list(work)
+        got = link.new()
+        return [s.name for _t, _w, s in got.submissions], [name for _t, name in got.cancels]
+
+    cancel1 = {"job": "j", "kind": "cancel", "spec": {"attempt": "1"}}
+    submit2 = {"job": "j", "kind": "submit", "spec": {**spec("j"), "attempt": 2}}
+    held["j"] = "1"
+    assert intake(cancel1) == ([], ["j"])
+    held["j"] = "2"
+    assert intake(cancel1) == ([], [])  # attempt 1 is gone here: the cancel is stale
+    held["j"] = "1"
+    assert intake(submit2, cancel1) == ([], ["j"])  # the old attempt ends first, the new one waits
+    held["j"] = "1"  # (attempt 1 has ended; the daemon's answer is still the one before)
+    assert intake(submit2) == (["j"], [])
+    link.client.close()

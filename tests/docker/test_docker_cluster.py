@@ -1,7 +1,9 @@
 """The cluster daemon over two Docker engines on this machine (two more ``dockerd``s, each with its
 own data root and socket), each with its agent joined over real HTTP on loopback: placement
-across hosts, image locality, a cancel forwarded to the job's host, and a host going away (its
-batch requeued and run elsewhere, the other host's production untouched).
+across hosts, image locality, a cancel forwarded to the job's host, a run evicted on its host
+(production arrived there) coming back to the daemon's queue and running on the other host while
+its host cools, and a host going away (its batch requeued and run elsewhere, the other host's
+production untouched).
 
 The test drives the rounds itself (the daemon's tick, then each agent's round and report); every
 wait is a bound on a hung test, never a speed assertion.
@@ -131,10 +133,35 @@ def test_two_hosts_placement_image_locality_cancel_and_a_host_going_away(engine,
         gone = [*on["b"], y]
         assert until(lambda: all(cluster.state.task(x) is TaskState.CANCELLED for x in gone), every=rounds)
         assert all(engines[h].inspect(f"kalena-{x}.1") is None for x, h in ((on["b"][0], "b"), (y, "c")))
-        # 4. host c goes away: its engine stops (its containers with it) and its agent with it
+        # 4. production arrives on c and asks for more than c's batch leaves: c's agent evicts one
+        # run, which comes back to the daemon's queue and runs on b (c's cooldown keeps it off c),
+        # while c lets its attempt go
+        prod = f"prod-{tag}"
+        engines["c"].api.create_container(
+            image, ["sleep", "600"], name=prod, labels={P + "request.ram": "300Mi"},
+            host_config=engines["c"].api.create_host_config(),
+        )  # fmt: skip
+        engines["c"].start(prod)
+
+        def evicted_to_b() -> list[str]:
+            return [x for x in on["c"] if host_of(x) == "b" and running_on(x, "b")]
+
+        assert until(lambda: len(evicted_to_b()) == 1, every=rounds)
+        (ev,) = evicted_to_b()
+        assert until(lambda: agents["c"].state.task(ev) is TaskState.CANCELLED, every=rounds)
+        walk = [(t.state.value, t.reason.value) for t in cluster.state.history(ev)]
+        # the rebuilt ledger (a new production container) cannot hold both runs, or the next round's
+        # ledger breach says so: either way an eviction, then the cluster's requeue
+        evicting = [r for s, r in walk if s == "evicting"]
+        assert evicting and set(evicting) <= {"readmission-rejected", "evicted-ledger-breach"}, walk
+        assert ("pending", "requeued") in walk, walk
+        assert walk[-1] == ("running", "started") and cluster.state.jobs[ev].run == 2, walk
+        assert [e.data["node"] for e in db.events(job=ev) if e.kind == "requeued"] == ["c"]
+        assert engines["c"].inspect(f"kalena-{ev}.1") is None
+        # 5. host c goes away: its engine stops (its containers with it) and its agent with it
         live.pop("c").shutdown()
         made[1].stop()
-        moved = on["c"]
+        moved = [x for x in on["c"] if x != ev]
         assert until(lambda: all(host_of(x) == "b" and running_on(x, "b") for x in moved), every=rounds)
         rounds()
         for x in moved:

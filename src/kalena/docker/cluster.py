@@ -13,6 +13,9 @@ agent does (the same state, lifecycle, steps, events and queue; node name ``clus
    a cancel ends a pending job at once and is forwarded to the host of a placed one;
 2. **mirror**: each placed job follows its host's report, step by step (the agent's lifecycle after
    its own admission is appended to the daemon's, so ``kalena job why`` tells the whole story);
+   only the daemon's current attempt is mirrored. A run its host requeues (evicted, or to retry)
+   comes back to the daemon's queue (seed 000 §4.4: rescheduled from scratch, anywhere), and
+   the host is told to cancel that attempt;
 3. **lost hosts**: a host that has not reported for ``lost_after_s`` is gone: its jobs are EVICTED
    (``node-lost``) and requeued, to run elsewhere; its production is never touched (the daemon
    never writes to a host, its agent does). A host that comes back with a run the daemon gave
@@ -20,7 +23,9 @@ agent does (the same state, lifecycle, steps, events and queue; node name ``clus
 4. **placement**: the pending jobs go through the core's ``schedule`` on a ledger of the hosts that
    report, built from their reports (production as one resident per host holding its requests and
    reservations, each batch run as itself); the image-locality score (weighted heavily, seed 000
-   §4.3) sees which hosts hold each image. A placed job is PLACED (``admitted``) with its host,
+   §4.3) sees which hosts hold each image, and what each host's agent bars there (its eviction
+   cooldowns, harmful pairings, escalation's deadline: the report's ``context``) feeds the
+   core's filters. A placed job is PLACED (``admitted``) with its host,
    and handed to that host's agent with the next answer; the agent starts it as
    ``kalena-<job>.<run>`` under its own cgroup parent, so a restarted daemon or agent finds it.
 
@@ -34,19 +39,19 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from kalena.agent.actionlog import ActionLog
-from kalena.agent.batch import take_submissions
+from kalena.agent.batch import batch_spec, take_submissions
 from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
 from kalena.agent.state import AgentState, JobRecord
 from kalena.core.ledger import Ledger, PlaceBatch, ReservationUpdate
 from kalena.core.lifecycle import IllegalTransition, TaskState, TransitionReason
 from kalena.core.model import NodeSpec, Tier, WorkloadSpec
-from kalena.core.placement import ContextKeeper, PlacementConfig, schedule
+from kalena.core.placement import ContextKeeper, PlacementConfig, SchedulingContext, schedule
 from kalena.core.resources import DIMS, Resources
 from kalena.store import Store
 from kalena.store.db import json_text
@@ -68,17 +73,22 @@ def _res(raw: Mapping[str, Any] | None, default: float) -> Resources:
 
 
 def job_spec(job: JobRecord, attempt_id: str) -> WorkloadSpec:
-    return WorkloadSpec(
-        id=attempt_id,
-        requests=Resources.from_mapping(job.requests),
-        limits=None if job.limits is None else Resources.from_mapping(job.limits),
-        tier=Tier.BATCH,
-        priority=job.priority,
-        namespace="batch",
-        owner=f"batch/{job.name}",
-        image=job.image or "",
-        slack_memory=job.slack_memory,
-    )
+    """The agent's spec of the run (the same equivalence key, so the cooldowns a host reports
+    apply), with its image for locality."""
+    return dataclasses.replace(batch_spec(job, attempt_id), image=job.image or "")
+
+
+def host_context(report: Mapping[str, Any]) -> tuple[dict[str, float], list[str], float | None]:
+    """A host's report of what its scheduling context bars (``join.placement_context``):
+    cooldowns (key -> until), harmful pairings (keys), escalation's deadline; raises on a
+    malformed one."""
+    raw = report.get("context") or {}
+    cooldowns = {str(k): float(v) for k, v in dict(raw.get("cooldowns") or {}).items()}
+    blacklist = [str(k) for k in list(raw.get("blacklist") or [])]
+    until = raw.get("ineligible_until")
+    if not all(map(math.isfinite, cooldowns.values())) or (until is not None and not math.isfinite(until)):
+        raise ValueError("a cooldown or the ineligibility deadline is not a finite time")
+    return cooldowns, blacklist, None if until is None else float(until)
 
 
 class Cluster:
@@ -128,6 +138,7 @@ class Cluster:
             for b in report.get("batch") or []:
                 Resources.from_mapping(b.get("requests") or {})
                 str(b["workload"]), str(b["job"]), int(b.get("priority") or 0)
+            host_context(report)
             ok, why = bool((prod <= cap * (1 + 1e-9)).all()), "production asks for more than the capacity"
         except (TypeError, ValueError, KeyError, AttributeError) as e:
             ok, why = False, f"malformed: {e}"
@@ -162,8 +173,8 @@ class Cluster:
             if job.host is None or self.state.task(name).terminal or job.host not in alive:
                 continue
             rep = (alive[job.host].get("jobs") or {}).get(name)
-            if rep is None:
-                continue  # not taken yet
+            if rep is None or str(rep.get("attempt", job.run)) != str(job.run):
+                continue  # not taken yet (what the host has is an earlier attempt)
             steps = rep.get("steps") or []
             # the agent's own first two steps (submitted, admitted) are the daemon's PENDING and PLACED
             for state, at, reason in steps[2 + job.mirrored :]:
@@ -172,6 +183,13 @@ class Cluster:
                 except (IllegalTransition, ValueError) as e:
                     self.log.append("warning", now, what=f"{name}: step {state}/{reason} not mirrored: {e}")
                 job.mirrored += 1
+                if self.state.task(name) is TaskState.PENDING:
+                    # requeued on its host (evicted, or to retry): it comes back to the cluster's
+                    # queue (seed 000 §4.4), the host's cooldown keeps it off that host meanwhile,
+                    # and the host is told to let this attempt go
+                    self.log.append("requeued", now, job=name, node=job.host, attempt=job.run)
+                    job.host, job.mirrored = None, 0
+                    break
             job.exit_code = rep.get("exit_code")
 
     def _lost(self, alive: Mapping[str, Mapping[str, Any]], now: float) -> None:
@@ -230,6 +248,28 @@ class Cluster:
                 keeper.started(str(image), k)
         return ledger, keeper
 
+    def context(
+        self,
+        alive: Mapping[str, Mapping[str, Any]],
+        keeper: ContextKeeper,
+        now: float,
+        specs: Sequence[WorkloadSpec],
+    ) -> SchedulingContext:
+        """The pass's context: the images each host holds (the keeper), and what each host's own
+        keeper bars there (its eviction cooldowns, harmful pairings and escalation deadline)."""
+        names = sorted(alive)
+        cooldowns: dict[tuple[str, int], float] = {}
+        blacklist: set[tuple[str, int]] = set()
+        eligible = np.ones(len(names), dtype=bool)
+        for k, h in enumerate(names):
+            cool, black, until = host_context(alive[h])
+            cooldowns.update({(key, k): t for key, t in cool.items() if t > now})
+            blacklist.update((key, k) for key in black)
+            eligible[k] = until is None or until <= now
+        return dataclasses.replace(
+            keeper.context(now, specs), cooldowns=cooldowns, blacklist=frozenset(blacklist), eligible=eligible
+        )
+
     def _place(self, alive: Mapping[str, Mapping[str, Any]], now: float) -> dict[str, list[str]]:
         pending = [n for n in self.state.names_in(TaskState.PENDING) if self.state.jobs[n].host is None]
         if not pending or not alive:
@@ -240,7 +280,7 @@ class Cluster:
         names = sorted(alive)
         pods = {f"batch/{n}.{self.state.jobs[n].run + 1}": self.state.jobs[n] for n in pending}
         specs = [job_spec(j, wid) for wid, j in pods.items()]
-        decision = schedule(specs, ledger, keeper.context(now, specs), self.placement, self.rng)
+        decision = schedule(specs, ledger, self.context(alive, keeper, now, specs), self.placement, self.rng)
         for why in decision.pending:
             codes = list(dict.fromkeys(r.code.value for r in why.reasons))
             self._why(pods[why.workload_id], why.message, codes, now)
@@ -270,22 +310,25 @@ class Cluster:
     # -- the hosts' work ----------------------------------------------------------------------
     def _work(self, reports: Mapping[str, Mapping[str, Any]]) -> None:
         """What each host is to be told with its next answer, in the store (``work``): the jobs
-        placed there it has not taken, the cancels, and any run it reports that is not its."""
+        placed there it has not taken, the cancels, and any run it reports that is not the daemon's
+        current attempt there. A cancel names its attempt: the agent ends only that one."""
         rows = []
         for name, job in self.state.jobs.items():
             if job.host is None or self.state.task(name).terminal:
                 continue
-            taken = name in ((reports.get(job.host) or {}).get("jobs") or {})
-            if not taken:
+            had = ((reports.get(job.host) or {}).get("jobs") or {}).get(name)
+            if had is None or str(had.get("attempt", job.run)) != str(job.run):
                 rows.append((job.host, name, "submit", json_text(_spec_of(job))))
             elif job.cancel_requested:
-                rows.append((job.host, name, "cancel", "{}"))
-        for host, rep in reports.items():  # a run a lost-and-back host still has, given elsewhere since
+                rows.append((job.host, name, "cancel", json_text({"attempt": job.run})))
+        for host, rep in reports.items():  # a run the daemon no longer has there (requeued, or lost and back)
             for name, r in (rep.get("jobs") or {}).items():
                 job = self.state.jobs.get(name)
                 live = str(r.get("state")) not in ("succeeded", "failed", "cancelled")
-                if job is not None and live and job.host != host and r.get("placed_by") == CLUSTER:
-                    rows.append((host, name, "cancel", "{}"))
+                if job is None or not live or r.get("placed_by") != CLUSTER:
+                    continue
+                if job.host != host or str(r.get("attempt", job.run)) != str(job.run):
+                    rows.append((host, name, "cancel", json_text({"attempt": r.get("attempt", "")})))
         with self.db.transaction() as db:
             db.execute("DELETE FROM work")
             db.executemany("INSERT OR REPLACE INTO work(node, job, kind, spec) VALUES (?, ?, ?, ?)", rows)
@@ -309,6 +352,7 @@ def report_into(db: Store, node: str, report: Mapping[str, Any], now: float) -> 
     """Record a host's report (its status, images and jobs, in ``nodes``) and return its work."""
     status = {**dict(report.get("status") or {}), "images": list(report.get("images") or [])}
     status["jobs"], status["at"] = dict(report.get("jobs") or {}), now
+    status["context"] = report.get("context") or {}
     with db.transaction() as tx:
         tx.execute(
             "INSERT OR REPLACE INTO nodes(node, at, status) VALUES (?, ?, ?)", (node, now, json_text(status))

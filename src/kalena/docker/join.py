@@ -31,6 +31,18 @@ from kalena.docker.engine import Engine
 IMAGES_EVERY_S = 10.0
 
 
+def placement_context(agent: Agent) -> dict[str, Any]:
+    """What this host's scheduling context bars (its keeper: one node), for the daemon's placement:
+    the cooldowns of the jobs evicted here, the harmful pairings, escalation's deadline."""
+    keeper = agent.batch.keeper
+    until = float(keeper.ineligible_until[0]) if len(keeper.ineligible_until) else -math.inf
+    return {
+        "cooldowns": {key: float(t) for (key, _n), t in sorted(keeper.cooldowns.items())},
+        "blacklist": sorted(key for key, _n in keeper.blacklist),
+        "ineligible_until": until if math.isfinite(until) else None,
+    }
+
+
 class DaemonLink:
     def __init__(
         self,
@@ -61,16 +73,26 @@ class DaemonLink:
         got = self.inner.new() if self.inner is not None else Intake([], [], [])
         subs, cancels, problems = list(got.submissions), list(got.cancels), list(got.problems)
         taken = self.known()
+        # a cancel names the attempt it ends: one of an attempt this host does not hold is stale
+        # and ends nothing; one it holds goes first, and a new attempt of that job waits for the
+        # next answer (the agent takes submissions before cancels: it would end the new one)
+        ending = {
+            str(w.get("job"))
+            for w in self.work
+            if w.get("kind") == "cancel"
+            and taken.get(str(w.get("job"))) == str((w.get("spec") or {}).get("attempt", ""))
+        }
         for w in self.work:
             name = str(w.get("job"))
-            if w.get("kind") == "cancel":
-                cancels.append((("daemon-cancel", name), name))
-                continue
-            where = f"daemon {self.url}: job {name}"
             spec = dict(w.get("spec") or {})
             attempt = str(spec.pop("attempt", ""))
-            if taken.get(name) == attempt:
-                continue  # this attempt is already here (the daemon has not seen the report yet)
+            if w.get("kind") == "cancel":
+                if name in ending:
+                    cancels.append((("daemon-cancel", name), name))
+                continue
+            if taken.get(name) == attempt or name in ending:
+                continue  # already here (the daemon has not seen the report yet), or it waits
+            where = f"daemon {self.url}: job {name}"
             try:
                 sub = parse_submission(spec, where)
             except SubmissionError as e:
@@ -116,8 +138,9 @@ class DaemonLink:
                 "exit_code": job.exit_code,
                 "steps": steps,
                 "placed_by": CLUSTER,
+                "attempt": (job.labels or {}).get(ATTEMPT, ""),
             }
-        body = {"status": status, "images": self.images(), "jobs": jobs}
+        body = {"status": status, "images": self.images(), "jobs": jobs, "context": placement_context(agent)}
         try:
             r = self.client.post(f"/v1/nodes/{self.node}/report", json=body)
             r.raise_for_status()
