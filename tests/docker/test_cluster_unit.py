@@ -4,7 +4,7 @@ a malformed report left out (said once), a host that stops reporting has its job
 
 from __future__ import annotations
 
-from kalena.core.lifecycle import TaskState
+from kalena.core.lifecycle import LostRequeueConfig, TaskState
 from kalena.docker.cluster import Cluster, report_into
 from kalena.docker.join import DaemonLink
 from kalena.store import Store
@@ -181,3 +181,26 @@ def test_a_joined_agent_ends_only_the_attempt_a_cancel_names():
     held["j"] = "1"  # (attempt 1 has ended; the daemon's answer is still the one before)
     assert intake(submit2) == (["j"], [])
     link.client.close()
+
+
+def test_the_runs_of_a_lost_host_come_back_at_a_bounded_rate(tmp_path):
+    """A partition looks like a failure (seed 000 §4.4): two at once, then one every two seconds."""
+    clock = Clock()
+    db = Store(tmp_path / "cluster.db")
+    report_into(db, "a", {"status": status(8.0), "images": [], "jobs": {}}, clock.t)
+    db.submit([(n, spec(n)) for n in ("p", "q", "r")], clock.t)
+    cluster = Cluster(
+        db, lost_after_s=10.0, lost_requeue=LostRequeueConfig(rate_per_s=0.5, burst=2), clock=clock
+    )
+    assert sorted(cluster.tick()["a"]) == ["p", "q", "r"]
+    clock.t += 11
+    cluster.tick()
+    back = {n for n in "pqr" if cluster.state.jobs[n].host is None}
+    assert len(back) == 2
+    (warning,) = [e.data["what"] for e in db.events(kinds=["warning"])]
+    assert warning.startswith("1 runs of lost hosts wait to be requeued (2 at once, then 0.5 a second")
+    clock.t += 2
+    cluster.tick()
+    assert all(cluster.state.jobs[n].host is None for n in "pqr")
+    assert len(db.events(kinds=["node-lost"])) == 3 and len(db.events(kinds=["warning"])) == 1
+    db.close()

@@ -17,9 +17,10 @@ agent does (the same state, lifecycle, steps, events and queue; node name ``clus
    comes back to the daemon's queue (seed 000 §4.4: rescheduled from scratch, anywhere), and
    the host is told to cancel that attempt;
 3. **lost hosts**: a host that has not reported for ``lost_after_s`` is gone: its jobs are EVICTED
-   (``node-lost``) and requeued, to run elsewhere; its production is never touched (the daemon
-   never writes to a host, its agent does). A host that comes back with a run the daemon gave
-   elsewhere since is told to cancel it;
+   (``node-lost``) and requeued, to run elsewhere, at a bounded rate (``LostRequeueConfig``: a
+   partition looks like a failure, and its runs are still running); its production is never
+   touched (the daemon never writes to a host, its agent does). A host that comes back with a
+   run the daemon gave elsewhere since is told to cancel it;
 4. **placement**: the pending jobs go through the core's ``schedule`` on a ledger of the hosts that
    report, built from their reports (production as one resident per host holding its requests and
    reservations, each batch run as itself); the image-locality score (weighted heavily, seed 000
@@ -49,7 +50,14 @@ from kalena.agent.batch import batch_spec, take_submissions
 from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
 from kalena.agent.state import AgentState, JobRecord
 from kalena.core.ledger import Ledger, PlaceBatch, ReservationUpdate
-from kalena.core.lifecycle import IllegalTransition, TaskState, TransitionReason
+from kalena.core.lifecycle import (
+    IllegalTransition,
+    LostRequeueConfig,
+    RequeueBucket,
+    TaskState,
+    TransitionReason,
+    take_lost,
+)
 from kalena.core.model import NodeSpec, Tier, WorkloadSpec
 from kalena.core.placement import ContextKeeper, PlacementConfig, SchedulingContext, schedule
 from kalena.core.resources import DIMS, Resources
@@ -100,9 +108,13 @@ class Cluster:
         *,
         lost_after_s: float = 30.0,
         placement: PlacementConfig | None = None,
+        lost_requeue: LostRequeueConfig | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.db, self.lost_after_s, self.clock = db, lost_after_s, clock
+        self.lost_requeue = lost_requeue or LostRequeueConfig()
+        self._bucket = RequeueBucket.full(self.lost_requeue, clock())  # a restarted daemon starts full
+        self._waiting = 0
         self.placement = placement or PlacementConfig()
         self.saver = DbStateStore(db, CLUSTER, clock)
         self.source = DbSubmissions(self.saver)
@@ -120,7 +132,7 @@ class Cluster:
         reports = self.db.nodes()
         alive = {h: r for h, r in reports.items() if now - float(r.get("at") or 0) <= self.lost_after_s}
         self._mirror(alive, now)
-        self._lost(alive, now)
+        self._lost(reports, alive, now)
         # a report the ledger cannot be built from keeps its host's jobs there, but nothing new goes there
         placeable = {h: r for h, r in alive.items() if self._usable(h, r, now)}
         placed = self._place(placeable, now)
@@ -192,11 +204,29 @@ class Cluster:
                     break
             job.exit_code = rep.get("exit_code")
 
-    def _lost(self, alive: Mapping[str, Mapping[str, Any]], now: float) -> None:
-        for name, job in self.state.jobs.items():
-            if job.host is None or job.host in alive or self.state.task(name).terminal:
-                continue
-            lost = job.host
+    def _lost(self, reports: Mapping[str, Mapping[str, Any]], alive: Mapping[str, Any], now: float) -> None:
+        lost = [
+            (name, float((reports.get(job.host) or {}).get("at") or 0.0) + self.lost_after_s, job.priority)
+            for name, job in self.state.jobs.items()
+            if job.host is not None and job.host not in alive and not self.state.task(name).terminal
+        ]
+        if not lost:
+            self._waiting = 0
+            return
+        # seed 000 §4.4: a partition looks like a failure; the runs come back at a bounded rate
+        go, self._bucket = take_lost(self._bucket, lost, self.lost_requeue, now)
+        waiting = len(lost) - len(go)
+        if waiting and not self._waiting:
+            rate = self.lost_requeue
+            self.log.append(
+                "warning", now,
+                what=f"{waiting} runs of lost hosts wait to be requeued ({rate.burst} at once, "
+                f"then {rate.rate_per_s:g} a second: a partition must not start them twice)",
+            )  # fmt: skip
+        self._waiting = waiting
+        for name in go:
+            job = self.state.jobs[name]
+            lost_host = job.host
             state = self.state.task(name)
             if state in (TaskState.REQUEUED,):
                 self.state.move(name, TaskState.PENDING, now, TransitionReason.COOLDOWN_OVER)
@@ -205,7 +235,7 @@ class Cluster:
                     self.state.move(name, TaskState.EVICTED, now, TransitionReason.NODE_LOST)
                 self.state.move(name, TaskState.PENDING, now, TransitionReason.REQUEUED)
             self.state.jobs[name] = dataclasses.replace(job, host=None, mirrored=0, cancel_requested=False)
-            self.log.append("node-lost", now, job=name, node=lost)
+            self.log.append("node-lost", now, job=name, node=lost_host)
 
     # -- placement ----------------------------------------------------------------------------
     def ledger(self, alive: Mapping[str, Mapping[str, Any]]) -> tuple[Ledger, ContextKeeper]:

@@ -5,9 +5,11 @@
 * ``record.py``: ``Lifecycle`` (vectorised all-or-nothing moves, columnar history; ``restore``
   for records without history, ``forget`` for ended tasks whose id comes back),
   ``Transition``, ``HistoryColumns``;
-* ``serial.py``: the JSON form (``"version": 1``), read back strictly.
+* ``serial.py``: the JSON form (``"version": 1``), read back strictly;
+* ``lost.py``: the rate at which a cluster shell requeues the runs of lost nodes.
 """
 
+from kalena.core.lifecycle.lost import LostRequeueConfig, RequeueBucket, take_lost
 from kalena.core.lifecycle.record import VERSION, HistoryColumns, Lifecycle, Transition
 from kalena.core.lifecycle.table import (
     EDGE_REASONS,
@@ -37,8 +39,11 @@ __all__ = [
     "HistoryColumns",
     "IllegalTransition",
     "Lifecycle",
+    "LostRequeueConfig",
+    "RequeueBucket",
     "TaskState",
     "Transition",
     "TransitionReason",
     "eviction_reason",
+    "take_lost",
 ]
