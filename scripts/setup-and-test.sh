@@ -14,7 +14,8 @@ fi
 # System packages: SPIN (the model checker the deployability tests and benchmark compare against),
 # a Docker engine (the Docker runtime's tests run real containers) and a statically linked busybox
 # (the root file system of the test image, since no registry is needed or reachable), and openssl
-# (the HTTP API's TLS test makes its certificate).
+# (the HTTP API's TLS test makes its certificate), and OpenSSH (an engine over ssh:// is tested
+# through a real sshd on loopback).
 static_busybox() {
   for b in /bin/busybox /usr/bin/busybox; do
     if [ -x "$b" ] && ! ldd "$b" >/dev/null 2>&1; then return 0; fi
@@ -26,6 +27,8 @@ command -v spin >/dev/null 2>&1 || missing+=(spin)
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 static_busybox || missing+=(busybox-static)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -206,9 +206,14 @@ class Engine:
 
         self._call(f"update {ref}", go)
 
-    def events(self, stop: threading.Event) -> Iterator[dict[str, Any]]:
-        """Container events until ``stop`` is set (the stream is closed then)."""
+    def events(
+        self, stop: threading.Event, on_open: Callable[[], None] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Container events until ``stop`` is set (the stream is closed then); ``on_open`` is called
+        once the engine has answered (events from then on are in the stream)."""
         stream = self._call("events", lambda: self.api.events(decode=True, filters={"type": "container"}))
+        if on_open is not None:
+            on_open()
         try:
             for ev in stream:
                 if stop.is_set():
@@ -234,17 +239,27 @@ class EventWatch:
         self._thread = threading.Thread(target=self._run, name="kalena-docker-events", daemon=True)
         self._thread.start()
 
+    def _opened(self) -> None:
+        # healthy only once the stream is open (over ssh that takes a while): what happened while
+        # it was opening is in no stream, so the caller lists once more
+        self._healthy = True
+        self._dirty.set()
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._healthy = True
-                for _ in self.engine.events(self._stop):
+                for _ in self.engine.events(self._stop, self._opened):
                     self._dirty.set()
             except (EngineError, docker.errors.DockerException, OSError, ValueError):
                 pass
             self._healthy = False
             self._dirty.set()
             self._stop.wait(self.reconnect_s)
+
+    @property
+    def streaming(self) -> bool:
+        """The event stream is open (until it is, :meth:`take` always says yes)."""
+        return self._healthy
 
     def take(self) -> bool:
         if not self._healthy:
