@@ -88,6 +88,7 @@ def build_agent(
     node_memory: Callable[[], tuple[float | None, float | None]] | None = None,
     store_path: Path | None = None,
     wrap_submissions: Callable[[SubmissionSource | None, ActionLog], SubmissionSource | None] | None = None,
+    wrap_telemetry: Callable[[TelemetrySource, ActionLog], TelemetrySource] | None = None,
 ) -> Agent:
     """An agent for this host (``layout`` detected unless given) keeping its files in ``state_dir``.
 
@@ -127,6 +128,8 @@ def build_agent(
         )
     else:
         telemetry = CgroupfsTelemetry(reader)
+    if wrap_telemetry is not None:  # a shell's fallback behind the files (Docker: the stats API)
+        telemetry = wrap_telemetry(telemetry, log)
     if wrap_submissions is not None:  # a shell's own source around the queue (Docker: adoption)
         submissions = wrap_submissions(submissions, log)
     return Agent(

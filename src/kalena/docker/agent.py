@@ -32,6 +32,7 @@ from kalena.docker.enforcer import DockerEnforcer
 from kalena.docker.engine import DEFAULT_ENDPOINT, Engine, EventWatch, TlsFiles, connect
 from kalena.docker.join import DaemonLink
 from kalena.docker.runtime import DockerRuntime
+from kalena.docker.stats import StatsFallback
 
 #: Kalena's root on a Docker host: absolute, since ``--cgroup-parent`` is one path for every hierarchy.
 DOCKER_ROOT = "/kalena"
@@ -163,6 +164,7 @@ def build_docker_agent(
         node_memory=host_memory,
         store_path=store_path or state_dir / STORE_FILE,
         wrap_submissions=wrap,
+        wrap_telemetry=lambda inner, log: StatsFallback(inner, engine, lambda: decls.containers, log, clock),
     )
     holder["agent"] = agent
     for link in links:  # the report after each round: this host's view, the daemon's work back
