@@ -12,7 +12,7 @@ import typer
 
 from kalena import __version__
 from kalena.cli import agent as agent_cli
-from kalena.cli import deployable, docker, ir, jobs
+from kalena.cli import deployable, docker, ir, jobs, k8s
 from kalena.cli import simulate as simulate_cli
 
 app = typer.Typer(
@@ -31,6 +31,7 @@ app.command("jobs")(jobs.jobs)
 app.command("status")(jobs.status)
 app.add_typer(jobs.job_app, name="job")
 app.add_typer(docker.app, name="docker")
+app.add_typer(k8s.app, name="k8s")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,95 @@
+"""``kalena k8s control-plane``: a real Kubernetes control plane on this machine, for people to try
+Kalena against (the tests' harness, :mod:`kalena.testing.k8s`): etcd, kube-apiserver,
+kube-scheduler and kwok on 127.0.0.1 with ``--nodes`` kwok nodes, until SIGINT or SIGTERM.
+Exit codes: 0 stopped, 2 bad input, 3 the harness is not built, 4 a component failed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from kubernetes.utils import parse_quantity
+
+from kalena.cli import agent as agent_cli
+from kalena.testing.k8s import BUILD_COMMAND, ControlPlane, ControlPlaneError, HarnessMissing, tail
+
+app = typer.Typer(help="Kalena on Kubernetes.", no_args_is_help=True)
+
+EXIT_NOT_BUILT = 3
+EXIT_FAILED = 4
+MAX_NODES = 100_000
+
+
+@app.command("control-plane")
+def control_plane(
+    nodes: Annotated[int, typer.Option("--nodes", help="kwok nodes to make (0 or more).")] = 3,
+    node_cpu: Annotated[str, typer.Option("--node-cpu", help="Each node's allocatable CPU.")] = "32",
+    node_memory: Annotated[
+        str, typer.Option("--node-memory", help="Each node's allocatable memory.")
+    ] = "256Gi",
+    node_pods: Annotated[str, typer.Option("--node-pods", help="Pods each node takes.")] = "110",
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Keep data, certificates and logs here (default: a temporary folder)."),
+    ] = None,
+    bin_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--bin-dir", help=f"The four binaries (default: $KALENA_K8S_BIN, else {BUILD_COMMAND}'s)."
+        ),
+    ] = None,
+    duration: Annotated[
+        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
+    ] = 0.0,
+) -> None:
+    """Start etcd, kube-apiserver, kube-scheduler and kwok on 127.0.0.1 until Ctrl-C."""
+    problems = []
+    if not 0 <= nodes <= MAX_NODES:
+        problems.append(f"--nodes: must be 0 to {MAX_NODES} (value: {nodes})")
+    for option, value in (
+        ("--node-cpu", node_cpu),
+        ("--node-memory", node_memory),
+        ("--node-pods", node_pods),
+    ):
+        try:
+            if parse_quantity(value) <= 0:
+                problems.append(f"{option}: must be more than 0 (value: {value})")
+        except ValueError:
+            problems.append(f"{option}: not a Kubernetes quantity (value: {value})")
+    if work_dir is not None and work_dir.exists() and not work_dir.is_dir():
+        problems.append(f"--dir: not a folder (value: {work_dir})")
+    if problems:
+        raise agent_cli.fail_with(problems, agent_cli.EXIT_BAD_INPUT)
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cp = ControlPlane(bin_dir=bin_dir, work_dir=work_dir)
+    except HarnessMissing as e:
+        raise agent_cli.fail_with([str(e)], EXIT_NOT_BUILT) from None
+    should_stop = agent_cli.stop_on_signals(duration)
+    try:
+        try:
+            cp.start()
+            names = cp.add_nodes(nodes, cpu=node_cpu, memory=node_memory, pods=node_pods) if nodes else []
+        except (ControlPlaneError, TimeoutError) as e:
+            raise agent_cli.fail_with([f"kalena k8s control-plane: {e}"], EXIT_FAILED) from None
+        up = cp.timings["scheduler_ready"]
+        say = f"apiserver {cp.api_url} (ready in {up:.1f} s), {len(names)} kwok nodes Ready"
+        typer.echo(f"kalena k8s control-plane: {say}")
+        typer.echo(f"  export KUBECONFIG={cp.kubeconfig}    # the admin (system:masters)")
+        typer.echo(
+            f"  logs: {cp.work_dir / 'logs'}; Ctrl-C stops everything"
+            + ("" if work_dir else " and removes it")
+        )
+        while not should_stop():
+            dead = [p for p in cp.processes.values() if not p.alive()]
+            if dead:
+                lines = [
+                    f"kalena k8s control-plane: {p.name} exited; its log ends:\n{tail(p.log)}" for p in dead
+                ]
+                raise agent_cli.fail_with(lines, EXIT_FAILED)
+            time.sleep(0.2)
+    finally:
+        cp.stop()
