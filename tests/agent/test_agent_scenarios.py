@@ -208,6 +208,11 @@ def test_production_cpu_demand_cuts_the_batch_quota(real_tree, spawn, tmp_path):
     # full speed: the slack allowance C - S - h*C = 2 - 0.25 - 0.1 cores, more than the one core it can use
     assert first.throttle.allowance == pytest.approx(1.65)
     assert q0 == pytest.approx(1.65, rel=1e-3)
+    # the runs' parent yields to production under contention (a run's own weight counts only among
+    # its siblings); the root, which holds production here too, keeps its weight
+    minimal = (1.0, 2.0)  # cpu.weight 1 on v2, cpu.shares 2 on v1
+    assert agent.writer.current("batch", Knob.CPU_WEIGHT) in minimal
+    assert agent.writer.current("", Knob.CPU_WEIGHT) not in minimal
 
     for _ in range(2):
         p = spawn("cpu", cgroup_procs=owner.procs_files("prod/api"))

@@ -205,6 +205,13 @@ def test_batch_fills_slack_is_throttled_evicted_with_sigterm_requeued_and_runs_a
         # ... Kalena's quota sits on the parent, and grows into the slack
         parent = {j: cpu_dir(f"{cgroup_root}/batch/{j}.1") for j in (lo, hi)}
         assert until(lambda: all(quota_file(parent[j]) > 50_000 for j in (lo, hi)), every=step)
+        # Kalena's root holds only batch here (production is the engine's): the root and the runs'
+        # parent have the minimal weight, so that under contention production, not a parent at the
+        # default weight, gets the CPU first
+        for name in (cgroup_root, f"{cgroup_root}/batch"):
+            d = cpu_dir(name)
+            f = d / "cpu.shares" if (d / "cpu.shares").exists() else d / "cpu.weight"
+            assert f.read_text().strip() in ("2", "1"), (f, f.read_text())
 
         # 1. production needs its CPU back: both batch runs are throttled below their request
         for k in range(2):

@@ -55,7 +55,7 @@ from kalena.agent.signals import conditions, read_averages
 from kalena.agent.sources import EventSources
 from kalena.agent.state import AgentState, EvictionRecord
 from kalena.agent.telemetry import UsageMeter
-from kalena.agent.writer import Knob, KnobWrite, ManagedScope, WriteRecord
+from kalena.agent.writer import DEFAULT_WEIGHT, Knob, KnobWrite, ManagedScope, WriteRecord
 from kalena.core.controller import (
     NodeSignals,
     RoundDecision,
@@ -71,6 +71,7 @@ from kalena.core.enforcement import (
     ThrottlePlan,
     Victim,
     eviction_commitments,
+    weight_to_shares,
 )
 from kalena.core.enforcement.nodes import NodesView
 from kalena.core.estimators import DecayEstimator
@@ -260,7 +261,32 @@ class Agent:
         self.ledger = ledger
         if decl.memory_limit is not None:
             self.writer.apply([KnobWrite("", Knob.MEMORY_MAX, decl.memory_limit, "the node's memory limit")])
+        self.writer.apply(self._parent_weights(decl))
         self.sources.install(decl)
+
+    def _parent_weights(self, decl: Declaration) -> list[KnobWrite]:
+        """The batch weight on the batch runs' parent, and on Kalena's root when no production lives
+        under it (Docker: production is the engine's, elsewhere). A run's own weight only counts
+        among its siblings: under contention the kernel first splits the CPU between the parents,
+        and a parent at the default weight would take half the node from production, so that
+        production's measured use (and with it the throttle) could only follow in steps."""
+        w = self.config.policy.throttle.batch_weight
+        self.writer.create(BATCH_PARENT, "the batch runs' parent")
+        out = [KnobWrite(BATCH_PARENT, Knob.CPU_WEIGHT, w, "batch parent: production first under contention")]
+        root = self.tree.root
+        beside = [
+            a.cgroup
+            for a in decl.production
+            if not a.cgroup.startswith("/") or (root.startswith("/") and ManagedScope._within(a.cgroup, root))
+        ]
+        if beside:  # production shares the root: leave its weight, or give back one set for batch only
+            if self.writer.current("", Knob.CPU_WEIGHT) in (float(w), float(weight_to_shares(w))):
+                out.append(
+                    KnobWrite("", Knob.CPU_WEIGHT, DEFAULT_WEIGHT, "Kalena's root holds production now")
+                )
+        else:
+            out.append(KnobWrite("", Knob.CPU_WEIGHT, w, "Kalena's root holds only batch"))
+        return out
 
     def _reload(self, now: float) -> None:
         """A changed declaration is applied whole, or not at all (its problems are logged)."""

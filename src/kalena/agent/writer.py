@@ -63,6 +63,11 @@ class Knob(enum.Enum):
     MEMORY_MAX = "memory-max"  # bytes; inf = none
 
 
+#: cgroup v2's default ``cpu.weight`` (on v1 it is written as 2597 shares, above v1's default 1024:
+#: a cgroup given back its weight never gets less than it had).
+DEFAULT_WEIGHT = 100
+
+
 class NotManaged(RuntimeError):
     """A write aimed at a cgroup Kalena does not manage: a bug in the caller."""
 
@@ -232,7 +237,7 @@ class CgroupWriter:
         if h is None:
             return None
         d = self.tree.dir(h, name)
-        filename, _ = self._encode(knob, h, d, math.inf)
+        filename, _ = self._encode(knob, h, d, 1.0 if knob is Knob.CPU_WEIGHT else math.inf)  # (its name)
         text = read_text(d / filename)
         if text is None:
             return None
