@@ -11,7 +11,6 @@ import signal
 import socket
 import ssl
 import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from kalena.testing.k8s import (
     HarnessMissing,
     NodeSpec,
     find_binaries,
+    open_url,
     wait_for,
 )
 
@@ -87,10 +87,10 @@ class TestOnTheSharedControlPlane:
         url = f"{control_plane.api_url}/version"
         # the system's trust store does not know the harness's CA
         with pytest.raises(urllib.error.URLError) as e:
-            urllib.request.urlopen(url, context=ssl.create_default_context(), timeout=10)
+            open_url(url, ssl.create_default_context())
         assert isinstance(e.value.reason, ssl.SSLCertVerificationError)
         ours = ssl.create_default_context(cafile=str(control_plane.ca))
-        with urllib.request.urlopen(url, context=ours, timeout=10) as r:  # anonymous may read /version
+        with open_url(url, ours) as r:  # anonymous may read /version
             assert b'"gitVersion": "v1.36.5"' in r.read()
         host, port = control_plane.api_url.removeprefix("https://").split(":")
         with socket.create_connection((host, int(port)), timeout=10) as raw:
@@ -105,7 +105,7 @@ class TestOnTheSharedControlPlane:
     def test_anonymous_requests_are_authenticated_as_nobody_and_refused(self, control_plane: ControlPlane):
         ours = ssl.create_default_context(cafile=str(control_plane.ca))
         with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(f"{control_plane.api_url}/api/v1/pods", context=ours, timeout=10)
+            open_url(f"{control_plane.api_url}/api/v1/pods", ours)
         assert e.value.code == 403 and b"system:anonymous" in e.value.read()
 
     def test_rbac_allows_a_minted_user_exactly_what_a_role_grants(self, control_plane: ControlPlane):

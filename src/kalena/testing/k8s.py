@@ -384,6 +384,14 @@ class Process:
         self.logfile.close()
 
 
+def open_url(url: str, context: ssl.SSLContext, timeout: float = 10.0) -> Any:
+    """``urlopen`` with ``context`` and no proxy: a proxy from the environment never sees loopback."""
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    return opener.open(url, timeout=timeout)
+
+
 def tail(path: Path, lines: int = 30) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -448,9 +456,17 @@ class ControlPlane:
     folder by default, removed by :meth:`stop`). Use as a context manager, or call :meth:`start`
     and :meth:`stop`.
 
+    Once started: ``api_url`` (``https://127.0.0.1:PORT``), ``ca`` (the CA's PEM), ``kubeconfig``
+    (the admin's, group ``system:masters``), ``client`` and ``core`` (the admin's Kubernetes
+    clients), :meth:`kubeconfig_for` any user and groups, :meth:`add_nodes`, :meth:`wait_for_pods`,
+    ``log_path(name)`` and ``timings`` (seconds from etcd's start: ``apiserver_ready``,
+    ``scheduler_ready``).
+
     ``scheduler_config``: top-level keys merged into kube-scheduler's KubeSchedulerConfiguration
-    (``profiles``, ``extenders``, ...). ``apiserver_args``: more kube-apiserver flags.
-    ``timings`` (seconds from etcd's start): ``apiserver_ready``, ``scheduler_ready``."""
+    (``profiles``, ``extenders``, ...). ``apiserver_args``: more kube-apiserver flags (a later one
+    overrides an earlier). ``node_heartbeat_s``: how often kwok renews each Ready node's
+    heartbeat (nothing here reads it without a controller-manager; raise it for thousands of
+    nodes)."""
 
     def __init__(
         self,
@@ -476,6 +492,7 @@ class ControlPlane:
         self.processes: dict[str, Process] = {}
         self.spawned: dict[str, int] = {}  # every process started, by name: its pid (kept after a stop)
         self.timings: dict[str, float] = {}
+        self.started_at = 0.0  # time.monotonic() when etcd was started: the timings count from it
         self.api_url = ""
         self.scheduler_url = ""
         self.kubeconfig = self.work_dir / "admin.kubeconfig"  # the admin's (written at start)
@@ -506,22 +523,30 @@ class ControlPlane:
             except ControlPlaneError as e:
                 in_use = any("address already in use" in tail(p.log, 200) for p in self.processes.values())
                 self._stop_processes()
+                self._close_clients()
                 if not (in_use and attempt < 2):  # another run took a port between choosing and binding
+                    shutil.rmtree(
+                        self.work_dir / "etcd", ignore_errors=True
+                    )  # the logs are kept, not the data
                     raise ControlPlaneError(f"{e}\n(logs in {self.work_dir / 'logs'})") from None
             except BaseException:
                 self._stop_processes()
+                self._close_clients()
                 raise
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
         """End every process (SIGTERM, then SIGKILL) and remove the work folder if it made it."""
+        self._close_clients()
+        self._stop_processes()
+        if self._own_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def _close_clients(self) -> None:
         for c in self._clients:
             c.close()
         self._clients.clear()
         self._client = None
-        self._stop_processes()
-        if self._own_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def _stop_processes(self) -> None:
         # the clients of the apiserver first, etcd last: each stops while what it talks to is up
@@ -566,7 +591,7 @@ class ControlPlane:
                     f"its log ends:\n{tail(p.log)}"
                 )
         try:
-            with urllib.request.urlopen(url, context=context, timeout=5) as r:
+            with open_url(url, context, timeout=5) as r:
                 return bool(r.status == 200)
         except (urllib.error.URLError, OSError):
             return False
@@ -606,7 +631,7 @@ class ControlPlane:
         self._admin_ssl = ssl.create_default_context(cafile=str(pki.ca))
         self._admin_ssl.load_cert_chain(*admin)
 
-        t0 = time.monotonic()
+        t0 = self.started_at = time.monotonic()
         etcd_url = f"http://{self.host}:{etcd_client}"
         peer_url = f"http://{self.host}:{etcd_peer}"
         # plain HTTP on loopback between the apiserver and etcd; fsync off: test data, and the
