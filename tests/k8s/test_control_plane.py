@@ -36,18 +36,18 @@ WAIT = 120.0  # seconds: the CI machine is loaded
 RBAC = "rbac.authorization.k8s.io"
 
 
-def _has_binaries() -> bool:
+def _missing() -> str | None:
+    """Why the harness cannot run here (its binaries absent), or None."""
     try:
         find_binaries()
-    except HarnessMissing:
-        return False
-    return True
+    except HarnessMissing as e:
+        return str(e)
+    return None
 
 
-needs_harness = [
-    pytest.mark.k8s,
-    pytest.mark.skipif(not _has_binaries(), reason=f"the harness's binaries are not built ({BUILD_COMMAND})"),
-]
+MISSING = _missing()
+built = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+needs_harness = [pytest.mark.k8s, built]
 
 
 def _unique(prefix: str) -> str:
@@ -236,7 +236,7 @@ class TestOnTheSharedControlPlane:
 
 
 @pytest.mark.k8s
-@pytest.mark.skipif(not _has_binaries(), reason=f"the harness's binaries are not built ({BUILD_COMMAND})")
+@built
 def test_a_failing_test_leaves_no_process_and_no_folder():
     with pytest.raises(RuntimeError, match="the test failed"), ControlPlane() as cp:
         pids = cp.pids()
@@ -249,7 +249,7 @@ def test_a_failing_test_leaves_no_process_and_no_folder():
 
 
 @pytest.mark.k8s
-@pytest.mark.skipif(not _has_binaries(), reason=f"the harness's binaries are not built ({BUILD_COMMAND})")
+@built
 def test_a_failed_start_shows_the_log_and_leaves_no_process(tmp_path: Path):
     cp = ControlPlane(work_dir=tmp_path, apiserver_args=["--no-such-flag"])
     with pytest.raises(ControlPlaneError) as e:
@@ -261,7 +261,7 @@ def test_a_failed_start_shows_the_log_and_leaves_no_process(tmp_path: Path):
 
 
 @pytest.mark.k8s
-@pytest.mark.skipif(not _has_binaries(), reason=f"the harness's binaries are not built ({BUILD_COMMAND})")
+@built
 def test_the_cli_starts_a_control_plane_with_nodes_and_stops_it():
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
