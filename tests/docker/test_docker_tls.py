@@ -1,6 +1,7 @@
 """An engine on ``tcp://`` with TLS (a ``dockerd`` with ``--tlsverify``, its certificates made by
 openssl): the agent connects with ``--tls-ca/--tls-cert/--tls-key`` and reads the engine; without
-the client certificate the engine refuses it, and the agent says so (exit 3), changing nothing."""
+the client certificate the engine refuses it, and the agent says so (exit 3), changing nothing;
+``kalena submit`` checks its image there with the same options."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 from kalena.cli.main import app
 from kalena.docker.engine import EngineError, TlsFiles, connect
-from kalena.testing.docker import SecondEngine
+from kalena.testing.docker import SecondEngine, busybox_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -74,6 +75,18 @@ def test_an_engine_on_tcp_with_tls(engine, tmp_path):
         ])  # fmt: skip
         assert r.exit_code == 0, r.output
         assert "kalena agent: node" in r.stderr
+        # kalena submit asks that engine for the image, with the same TLS options; without them it
+        # cannot ask (exit 3), and with two of the three it is told to give all three (exit 2)
+        second_engine = second.wait()
+        image = busybox_image(second_engine)
+        store = str(tmp_path / "queue.db")
+        job = ["submit", "--store", store, "--docker-host", tcp, "--image", image, "--name", "j1"]
+        r = CliRunner().invoke(app, [*job, "--", "true"])
+        assert r.exit_code == 3 and "--docker-host: cannot check the images" in r.stderr, r.output
+        r = CliRunner().invoke(app, [*job, *files[:4], "--", "true"])
+        assert r.exit_code == 2 and "give all three or none" in r.stderr, r.output
+        r = CliRunner().invoke(app, [*job, *files, "--", "true"])
+        assert r.exit_code == 0 and r.stdout.strip() == "j1", r.output
     finally:
         second.stop()
         for top in Path("/sys/fs/cgroup").glob(f"*/kalena-test-tls{port}"):

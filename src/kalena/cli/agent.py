@@ -52,6 +52,14 @@ app = typer.Typer(help="The Linux node agent: cgroups, PSI, throttling and evict
 EXIT_BAD_INPUT = 2
 EXIT_HOST = 3
 
+# the engine, for every command that talks to one
+DockerHost = Annotated[
+    str, typer.Option("--docker-host", envvar="DOCKER_HOST", help="The engine (unix://, tcp://, ssh://).")
+]
+TlsCa = Annotated[Path | None, typer.Option("--tls-ca", help="CA of a tcp:// engine's TLS.")]
+TlsCert = Annotated[Path | None, typer.Option("--tls-cert", help="Client certificate.")]
+TlsKey = Annotated[Path | None, typer.Option("--tls-key", help="Client key.")]
+
 StateDir = Annotated[
     Path, typer.Option("--state-dir", help="Folder of the state file, action log and inbox.")
 ]
@@ -82,7 +90,7 @@ def _check_cgroup_root(cgroup_root: str) -> None:
             raise fail_with([f"--cgroup-root: {e} (value: {cgroup_root!r})"], EXIT_BAD_INPUT) from None
 
 
-def _tls_files(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles | None:
+def tls_files(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles | None:
     given = [x is not None for x in (ca, cert, key)]
     if not any(given):
         return None
@@ -111,12 +119,10 @@ def run(
     runtime: Annotated[
         str, typer.Option("--runtime", help="Workload runtime: process or docker.")
     ] = "process",
-    docker_host: Annotated[
-        str, typer.Option("--docker-host", envvar="DOCKER_HOST", help="The engine (unix://, tcp://, ssh://).")
-    ] = DEFAULT_ENDPOINT,
-    tls_ca: Annotated[Path | None, typer.Option("--tls-ca", help="CA of a tcp:// engine's TLS.")] = None,
-    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="Client certificate.")] = None,
-    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="Client key.")] = None,
+    docker_host: DockerHost = DEFAULT_ENDPOINT,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
     cgroup_root: Annotated[
         str,
         typer.Option(
@@ -178,7 +184,7 @@ def run(
         raise fail_with([f"--runtime: must be process or docker (value: {runtime!r})"], EXIT_BAD_INPUT)
     if declaration is None and runtime == "process":
         raise fail_with(["--declaration: the process runtime needs the node declaration"], EXIT_BAD_INPUT)
-    tls = _tls_files(tls_ca, tls_cert, tls_key)
+    tls = tls_files(tls_ca, tls_cert, tls_key)
     if telemetry not in ("cgroupfs", "cadvisor"):
         raise fail_with([f"--telemetry: must be cgroupfs or cadvisor (value: {telemetry!r})"], EXIT_BAD_INPUT)
     if not (math.isfinite(duration) and duration >= 0):

@@ -37,9 +37,10 @@ def serve(
     state_dir: Annotated[
         Path, typer.Option("--state-dir", help="The agent's folder (its store: kalena.db).")
     ] = Path("/var/lib/kalena"),
-    docker_host: Annotated[
-        str, typer.Option("--docker-host", envvar="DOCKER_HOST", help="The engine (unix://, tcp://, ssh://).")
-    ] = DEFAULT_ENDPOINT,
+    docker_host: agent_cli.DockerHost = DEFAULT_ENDPOINT,
+    tls_ca: agent_cli.TlsCa = None,
+    tls_cert: agent_cli.TlsCert = None,
+    tls_key: agent_cli.TlsKey = None,
     declaration: Annotated[
         Path | None,
         typer.Option("--declaration", help="The node's name and capacity (default: the engine's)."),
@@ -67,6 +68,9 @@ def serve(
         declaration=declaration,
         runtime="docker",
         docker_host=docker_host,
+        tls_ca=tls_ca,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
         join=join,
         join_token_file=join_token_file,
         join_ca=join_ca,

@@ -24,6 +24,7 @@ from rich.table import Table
 from kalena.agent.jobfile import load_job_file
 from kalena.agent.runtime import SubmissionError
 from kalena.api import queue
+from kalena.cli import agent as agent_cli
 from kalena.docker.engine import DEFAULT_ENDPOINT
 from kalena.store import Store, StoreConflict, StoreError
 from kalena.store.why import timeline, when
@@ -85,6 +86,9 @@ def submit(
     docker_host: Annotated[
         str, typer.Option("--docker-host", envvar="DOCKER_HOST", help="Where the images are checked.")
     ] = DEFAULT_ENDPOINT,
+    tls_ca: agent_cli.TlsCa = None,
+    tls_cert: agent_cli.TlsCert = None,
+    tls_key: agent_cli.TlsKey = None,
     no_image_check: Annotated[
         bool, typer.Option("--no-image-check", metavar="", help="Do not ask the engine for the images.")
     ] = False,
@@ -116,7 +120,10 @@ def submit(
             subs = queue.parse(data, "<command line>")
         queue.require_images(subs, str(file or "<command line>"))
         if not no_image_check:
-            queue.check_images(subs, docker_host, key="--docker-host", hint=" (or pass --no-image-check)")
+            tls = agent_cli.tls_files(tls_ca, tls_cert, tls_key)
+            queue.check_images(
+                subs, docker_host, tls, key="--docker-host", hint=" (or pass --no-image-check)"
+            )
         db = _open(store, create=True)
         try:
             seqs = queue.enqueue(db, subs, time.time())
