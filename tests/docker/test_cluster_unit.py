@@ -204,3 +204,21 @@ def test_the_runs_of_a_lost_host_come_back_at_a_bounded_rate(tmp_path):
     assert all(cluster.state.jobs[n].host is None for n in "pqr")
     assert len(db.events(kinds=["node-lost"])) == 3 and len(db.events(kinds=["warning"])) == 1
     db.close()
+
+
+def test_a_host_whose_batch_no_longer_fits_its_ledger_takes_nothing_new(tmp_path):
+    """Production grew under the batch a host reports (the core's observed ledger cannot hold both):
+    the host keeps what runs there, takes nothing new, and that is said once."""
+    clock = Clock()
+    db = Store(tmp_path / "cluster.db")
+    full = {**status(2.0), "batch": [{"job": "old", "workload": "batch/old.1", "priority": 0,
+                                      "requests": {"cpu": 0.5, "ram": 1.5}}]}  # fmt: skip
+    report_into(db, "full", {"status": full, "images": ["app:1"], "jobs": {}}, clock.t)
+    report_into(db, "roomy", {"status": status(8.0), "images": [], "jobs": {}}, clock.t)
+    db.submit([("n", spec("n"))], clock.t)
+    cluster = Cluster(db, lost_after_s=600.0, clock=clock)
+    assert cluster.tick() == {"roomy": ["n"]}  # not full, though it holds the image
+    cluster.tick()
+    said = [e.data["what"] for e in db.events(kinds=["warning"])]
+    assert said == ["report of full left out: its batch full:batch/old.1 does not fit the ledger"]
+    db.close()

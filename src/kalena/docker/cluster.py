@@ -49,7 +49,7 @@ from kalena.agent.actionlog import ActionLog
 from kalena.agent.batch import batch_spec, take_submissions
 from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
 from kalena.agent.state import AgentState, JobRecord
-from kalena.core.ledger import Ledger, PlaceBatch, ReservationUpdate
+from kalena.core.ledger import Ledger, observed_ledger
 from kalena.core.lifecycle import (
     IllegalTransition,
     LostRequeueConfig,
@@ -121,7 +121,7 @@ class Cluster:
         self.log: ActionLog = DbActionLog(db, CLUSTER)
         self.state = self.saver.load(clock()) or AgentState(CLUSTER)
         self.rng = np.random.default_rng(0)
-        self._bad: dict[str, str | None] = {}  # the hosts whose report is left out, and why
+        self._bad: dict[str, str | None] = {}  # ("report:" or "ledger:") host -> why it is left out
 
     # -- the tick ---------------------------------------------------------------------------------
     def tick(self) -> dict[str, list[str]]:
@@ -154,10 +154,14 @@ class Cluster:
             ok, why = bool((prod <= cap * (1 + 1e-9)).all()), "production asks for more than the capacity"
         except (TypeError, ValueError, KeyError, AttributeError) as e:
             ok, why = False, f"malformed: {e}"
-        if not ok and self._bad.get(host) != why:
-            self.log.append("warning", now, what=f"report of {host} left out: {why}", node=host)
-        self._bad[host] = None if ok else why
+        self._say_left_out(f"report:{host}", host, None if ok else why, now)
         return ok
+
+    def _say_left_out(self, key: str, host: str, why: str | None, now: float) -> None:
+        """A host left out of placement is said once (and again when the reason changes)."""
+        if why is not None and self._bad.get(key) != why:
+            self.log.append("warning", now, what=f"report of {host} left out: {why}", node=host)
+        self._bad[key] = why
 
     def _intake(self, now: float) -> None:
         new = self.source.new()
@@ -238,45 +242,40 @@ class Cluster:
             self.log.append("node-lost", now, job=name, node=lost_host)
 
     # -- placement ----------------------------------------------------------------------------
-    def ledger(self, alive: Mapping[str, Mapping[str, Any]]) -> tuple[Ledger, ContextKeeper]:
-        """The hosts that report, as a ledger: production one resident each (its requests and
-        reservations), each batch run as itself; and the images each holds."""
+    def ledger(self, alive: Mapping[str, Mapping[str, Any]]) -> tuple[Ledger, ContextKeeper, dict[str, str]]:
+        """The hosts that report, as a ledger (the core's ``observed_ledger``): production one
+        resident each (its requests, and its reported reservations), each batch run as itself, and
+        the runs placed here not yet reported; the images each holds; the hosts left out, and why."""
         names = sorted(alive)
         nodes = [NodeSpec(h, allocatable=_res(alive[h].get("capacity"), math.inf)) for h in names]
-        caps = [n.allocatable for n in nodes]
-        prod = [
-            WorkloadSpec(id=f"{h}/production", requests=_res(alive[h].get("production_limits"), 0.0),
-                         tier=Tier.SERVICE, priority=1000, namespace=h, owner=f"{h}/production")
-            for h in names
-        ]  # fmt: skip
-        ledger = Ledger.from_blueprint(nodes, caps, prod, {p.id: h for p, h in zip(prod, names, strict=True)})
-        rows = ledger.rows()
-        res = np.array(
-            [_res(alive[i.split("/")[0]].get("production_reservations"), 0.0).array() for i in rows.ids]
-        )
-        if len(rows.rows):
-            ledger.apply(ReservationUpdate(rows.rows, res.reshape(len(rows.rows), -1), rows.global_epoch))
+        residents: list[tuple[WorkloadSpec, str]] = []
+        reservations: dict[str, Resources] = {}
         placed_here = {(j.host, n) for n, j in self.state.jobs.items() if j.host is not None}
-        for k, h in enumerate(names):
+        for h in names:
+            prod = WorkloadSpec(
+                id=f"{h}/production", requests=_res(alive[h].get("production_limits"), 0.0),
+                tier=Tier.SERVICE, priority=1000, namespace=h, owner=f"{h}/production",
+            )  # fmt: skip
+            residents.append((prod, h))
+            reservations[prod.id] = _res(alive[h].get("production_reservations"), 0.0)
             for b in alive[h].get("batch") or []:
                 spec = WorkloadSpec(
                     id=f"{h}:{b['workload']}", requests=Resources.from_mapping(b.get("requests") or {}),
                     tier=Tier.BATCH, priority=int(b.get("priority") or 0), namespace="batch",
                     owner=f"batch/{b['job']}",
                 )  # fmt: skip
-                ledger.apply(PlaceBatch(spec, k, ledger.node_epoch(k)))
+                residents.append((spec, h))
                 placed_here.discard((h, b["job"]))
         # placed by the daemon, not yet running there: they hold their place too
         for h, name in sorted(placed_here):
             if h in alive and not self.state.task(name).terminal:
-                k = names.index(h)
-                job = self.state.jobs[name]
-                ledger.apply(PlaceBatch(job_spec(job, f"{h}:pending/{name}"), k, ledger.node_epoch(k)))
+                residents.append((job_spec(self.state.jobs[name], f"{h}:pending/{name}"), h))
+        ledger, left_out = observed_ledger(nodes, residents, reservations)
         keeper = ContextKeeper(names)
         for k, h in enumerate(names):
             for image in alive[h].get("images") or []:
                 keeper.started(str(image), k)
-        return ledger, keeper
+        return ledger, keeper, left_out
 
     def context(
         self,
@@ -306,11 +305,17 @@ class Cluster:
             for n in pending:
                 self._why(self.state.jobs[n], "no host reports to this daemon", ["no-nodes"], now)
             return {}
-        ledger, keeper = self.ledger(alive)
+        ledger, keeper, left_out = self.ledger(alive)
+        for h in alive:
+            self._say_left_out(f"ledger:{h}", h, left_out.get(h), now)
         names = sorted(alive)
         pods = {f"batch/{n}.{self.state.jobs[n].run + 1}": self.state.jobs[n] for n in pending}
         specs = [job_spec(j, wid) for wid, j in pods.items()]
-        decision = schedule(specs, ledger, self.context(alive, keeper, now, specs), self.placement, self.rng)
+        ctx = self.context(alive, keeper, now, specs)
+        if left_out:  # nothing new goes to a host the ledger cannot hold
+            eligible = ctx.eligible if ctx.eligible is not None else np.ones(len(names), dtype=bool)
+            ctx = dataclasses.replace(ctx, eligible=eligible & np.array([h not in left_out for h in names]))
+        decision = schedule(specs, ledger, ctx, self.placement, self.rng)
         for why in decision.pending:
             codes = list(dict.fromkeys(r.code.value for r in why.reasons))
             self._why(pods[why.workload_id], why.message, codes, now)

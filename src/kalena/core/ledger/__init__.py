@@ -19,6 +19,7 @@ from kalena.core.ledger.fit import (
     tolerant_capacity,
 )
 from kalena.core.ledger.invariant import restoration_violations, sum_violations
+from kalena.core.ledger.observed import observed_ledger
 from kalena.core.ledger.state import Ledger, RowView, Sums, from_blueprint
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "from_blueprint",
     "insufficient_resources",
     "insufficient_resources_rows",
+    "observed_ledger",
     "per_node_sum",
     "resolve_production",
     "restoration_violations",

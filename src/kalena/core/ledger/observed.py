@@ -1,0 +1,67 @@
+"""A cluster scheduler's ledger from what it observes: nodes, the workloads on them, reservations.
+
+A node agent loads its ledger from a declaration; a cluster scheduler (the Docker daemon, the
+Kubernetes secondary scheduler) rebuilds its own each pass from what it sees: the nodes, the
+production and batch workloads bound to each, and the reservations the nodes' agents reported.
+The rules, written once for every such shell:
+
+* production (service tier) is loaded as the blueprint; a node whose production asks for more
+  than its capacity (a shrunken allocatable, a report that lies) is **left out**: it keeps what
+  runs there, but no new batch goes there, and the reason is returned;
+* each batch resident is placed as itself (``PlaceBatch``); one the ledger cannot hold leaves its
+  node out too (the node has no slack by the ledger's own account);
+* reservations, where given, replace the requests as the rows' reservations (a ``ReservationUpdate``
+  at the ledger's current epoch); the others stay at their requests (fail-safe: a missing report
+  never releases slack).
+
+Pure: plain data in, a ``Ledger`` and the nodes left out (name -> why) back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from kalena.core.ledger.commitments import PlaceBatch, ReservationUpdate
+from kalena.core.ledger.state import Ledger
+from kalena.core.model import NodeSpec, Tier, WorkloadSpec
+from kalena.core.resources import DIMS, Resources
+from kalena.core.tolerance import REL_TOL
+
+
+def observed_ledger(
+    nodes: Sequence[NodeSpec],
+    residents: Sequence[tuple[WorkloadSpec, str]],
+    reservations: Mapping[str, Resources] | None = None,
+) -> tuple[Ledger, dict[str, str]]:
+    """The ledger of ``nodes`` holding ``residents`` (workload, node name); the nodes left out."""
+    names = {n.name for n in nodes}
+    left_out: dict[str, str] = {}
+    prod = [(w, n) for w, n in residents if w.tier is Tier.SERVICE and n in names]
+    cap = {n.name: n.allocatable.array() for n in nodes}
+    load = {n.name: np.zeros(len(DIMS)) for n in nodes}
+    for w, n in prod:
+        load[n] += w.requests.array()
+    for n in nodes:
+        over = [d for i, d in enumerate(DIMS) if load[n.name][i] > cap[n.name][i] * (1 + REL_TOL)]
+        if over:
+            left_out[n.name] = f"production asks for more {', '.join(over)} than the node's capacity"
+    kept = [(w, n) for w, n in prod if n not in left_out]
+    ledger = Ledger.from_blueprint(
+        list(nodes), [n.allocatable for n in nodes], [w for w, _ in kept], {w.id: n for w, n in kept}
+    )
+    for w, n in residents:
+        if w.tier is Tier.SERVICE or n not in names or n in left_out:
+            continue
+        k = ledger.node_index[n]
+        res = ledger.apply(PlaceBatch(w, k, ledger.node_epoch(k)))
+        if not res.accepted:
+            left_out[n] = f"its batch {w.id} does not fit the ledger"
+    if reservations:
+        rows = ledger.rows()
+        pick = [i for i, wid in enumerate(rows.ids) if wid in reservations]
+        if pick:
+            values = np.array([reservations[rows.ids[i]].array() for i in pick])
+            ledger.apply(ReservationUpdate(rows.rows[pick], values, rows.global_epoch))
+    return ledger, left_out

@@ -1,0 +1,35 @@
+"""A cluster scheduler's ledger from what it observes: production as the blueprint, bound batch as
+itself, reported reservations replacing requests; a node the ledger cannot hold is left out."""
+
+from __future__ import annotations
+
+import pytest
+
+from kalena.core.ledger.observed import observed_ledger
+from kalena.core.model import NodeSpec, Tier, WorkloadSpec
+from kalena.core.resources import Resources
+
+
+def w(wid: str, cpu: float, tier: Tier = Tier.SERVICE) -> WorkloadSpec:
+    return WorkloadSpec(id=wid, requests=Resources.from_mapping({"cpu": cpu, "ram": 1.0}), tier=tier)
+
+
+NODES = [NodeSpec(n, allocatable=Resources.from_mapping({"cpu": 4.0, "ram": 8.0})) for n in ("a", "b", "c")]
+
+
+def test_residents_reservations_and_the_nodes_left_out():
+    residents = [
+        (w("p1", 3.0), "a"), (w("b1", 1.0, Tier.BATCH), "a"),
+        (w("p2", 5.0), "b"),  # more than b has: b is left out
+        (w("p3", 1.0), "c"), (w("b2", 3.5, Tier.BATCH), "c"),  # c's batch does not fit: c is left out
+        (w("ghost", 1.0), "gone"),  # a node not observed: ignored
+    ]  # fmt: skip
+    ledger, left = observed_ledger(NODES, residents, {"p1": Resources.from_mapping({"cpu": 1.0, "ram": 1.0})})
+    assert set(left) == {"b", "c"}
+    assert "production asks for more cpu" in left["b"] and "c/" not in left["c"] and "b2" in left["c"]
+    assert "p1" in ledger and "b1" in ledger and "p2" not in ledger and "ghost" not in ledger
+    rows = ledger.rows()
+    res = dict(zip(rows.ids, rows.reservations[:, 0], strict=True))
+    assert res["p1"] == pytest.approx(1.0)  # its report
+    assert res["p3"] == pytest.approx(1.0)  # no report: its request
+    assert ledger.node_names[ledger.node_of("b1")] == "a"
