@@ -1,15 +1,20 @@
 """``kalena k8s control-plane``: a real Kubernetes control plane on this machine, for people to try
 Kalena against (the tests' harness, :mod:`kalena.testing.k8s`): etcd, kube-apiserver,
 kube-scheduler and kwok on 127.0.0.1 with ``--nodes`` kwok nodes, until SIGINT or SIGTERM.
-Exit codes: 0 stopped, 2 bad input, 3 the harness is not built, 4 a component failed."""
+Exit codes: 0 stopped, 2 bad input, 3 the harness is not built, 4 a component failed.
+
+``kalena k8s scheduler``: Kalena's secondary scheduler (:mod:`kalena.k8s.scheduler`). Exit codes:
+0 stopped, 2 bad input (a kubeconfig that cannot be used), 3 the apiserver does not answer."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from kubernetes.utils import parse_quantity
 
 from kalena.cli import agent as agent_cli
@@ -93,3 +98,68 @@ def control_plane(
             time.sleep(0.2)
     finally:
         cp.stop()
+
+
+@app.command("scheduler")
+def scheduler(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", envvar="KUBECONFIG", help="The cluster (default: in-cluster config)."),
+    ] = None,
+    name: Annotated[
+        str, typer.Option("--name", help="The schedulerName whose pods are Kalena's.")
+    ] = "kalena",
+    node_selector: Annotated[
+        str | None, typer.Option("--node-selector", help="Only nodes with these labels (key=value,...).")
+    ] = None,
+    infer_batch: Annotated[
+        bool, typer.Option("--infer-batch", metavar="", help="Job and CronJob pods default to batch.")
+    ] = False,
+    every: Annotated[float, typer.Option("--every", help="Seconds between passes at most.")] = 1.0,
+    duration: Annotated[
+        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
+    ] = 0.0,
+) -> None:
+    """Kalena's secondary scheduler: place pods with schedulerName kalena into the slack."""
+    from kubernetes import client as kclient
+    from kubernetes import config as kconfig
+    from kubernetes.config.config_exception import ConfigException
+
+    from kalena.k8s.scheduler import Scheduler
+
+    if not every > 0:
+        raise agent_cli.fail_with(
+            [f"--every: must be more than 0 (value: {every})"], agent_cli.EXIT_BAD_INPUT
+        )
+    try:
+        if kubeconfig is not None:
+            kconfig.load_kube_config(str(kubeconfig))
+        else:
+            kconfig.load_incluster_config()
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as e:
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config"
+        raise agent_cli.fail_with([f"{where}: cannot be used: {e}"], agent_cli.EXIT_BAD_INPUT) from None
+    core = kclient.CoreV1Api()
+    sched = Scheduler(
+        core, name=name, node_selector=node_selector, infer_batch=infer_batch,
+        log=lambda line: typer.echo(f"kalena k8s scheduler: {line}", err=True),
+    )  # fmt: skip
+    try:
+        sched.sync()
+    except Exception as e:  # the apiserver does not answer, or refuses us
+        raise agent_cli.fail_with(
+            [f"kalena k8s scheduler: the apiserver: {e}"], agent_cli.EXIT_HOST
+        ) from None
+    typer.echo(
+        f"kalena k8s scheduler: {len(sched.nodes)} nodes, {len(sched.pods)} pods; placing {name}'s pods"
+    )
+    should_stop = agent_cli.stop_on_signals(duration)
+    stop = threading.Event()
+
+    def until_stopped() -> None:  # signals and --duration, as every long-running command
+        while not should_stop():
+            time.sleep(0.2)
+        stop.set()
+
+    threading.Thread(target=until_stopped, daemon=True).start()
+    sched.run(stop, every)

@@ -1,0 +1,152 @@
+"""Kubernetes Nodes and Pods (as the API's JSON) into the core's ``NodeSpec`` and ``WorkloadSpec``.
+
+The quantities, requests (``max(sum of containers, max of init containers) + overhead``, a limit
+standing for a missing request) and tolerations are read by :mod:`kalena.manifests.podspec`, the
+reader the deployability verifier uses, so a pod means the same to both. Units are the core's:
+cpu in cores, memory and ephemeral storage in GiB, ``nvidia.com/gpu`` in devices.
+
+A pod's classification is the SPEC's (:func:`kalena.core.classify.classify`): the label
+``kalena.naughtian.io/tier`` and the annotations; a malformed value is reported and the pod is
+production with the defaults (never evictable by mistake).
+
+What the core's placement cannot evaluate yet (required node affinity, pod affinity or
+anti-affinity terms) is returned as ``unsupported``: the secondary scheduler leaves such a pod
+pending and says why, rather than place it where its constraints might not hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kalena.core.classify import classify
+from kalena.core.model import NodeSpec, Taint, Tier, Toleration, WorkloadSpec
+from kalena.core.resources import Resources
+from kalena.ir.errors import ProblemLog
+from kalena.manifests import fields as f
+from kalena.manifests.podspec import pod_spec
+
+GIB = float(2**30)
+#: Kubernetes resource name -> (core dimension, scale from the reader's integer units)
+DIMENSIONS: Mapping[str, tuple[str, float]] = {
+    "cpu": ("cpu", 1e-3),  # millicores
+    "memory": ("ram", 1 / GIB),
+    "ephemeral-storage": ("storage", 1 / GIB),
+    "nvidia.com/gpu": ("gpu", 1.0),
+}
+ZONE = "topology.kubernetes.io/zone"
+
+
+def _resources(
+    raw: Mapping[str, int], default: float, absent: Mapping[str, float] | None = None
+) -> Resources:
+    vals = {
+        **(absent or {}),
+        **{DIMENSIONS[k][0]: v * DIMENSIONS[k][1] for k, v in raw.items() if k in DIMENSIONS},
+    }
+    return Resources.from_mapping(vals, default=default)
+
+
+def node_spec(node: Mapping[str, Any]) -> tuple[NodeSpec, list[str]]:
+    """A Node as the core sees it (``status.allocatable``, else ``capacity``; omitted cpu, memory
+    and storage unbounded, an omitted GPU none), and its problems."""
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    log = ProblemLog(f"node {name}")
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    units = {}
+    for k, raw in dict(alloc).items():
+        if k in DIMENSIONS:
+            v = f.units(k, raw, ("status", "allocatable", k), log)
+            if v is not None:
+                units[k] = v
+    res = _resources(units, default=float("inf"), absent={"gpu": 0.0})  # no GPU unless it says so
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    taints = tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in ((node.get("spec") or {}).get("taints") or [])
+    )
+    spec = NodeSpec(name, allocatable=res, labels=labels, taints=taints, zone=labels.get(ZONE, ""))
+    return spec, [p.render() for p in log.problems]
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    """Schedulable and Ready (a cordoned or NotReady node takes no new batch)."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    conds = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """A pod as the scheduler keeps it: its spec for the core, where it is, and what the core
+    cannot evaluate of it."""
+
+    spec: WorkloadSpec
+    uid: str
+    namespace: str
+    name: str
+    node: str  # "" while unbound
+    scheduler: str
+    phase: str
+    problems: tuple[str, ...] = ()
+    unsupported: tuple[str, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+def pod_view(pod: Mapping[str, Any], *, infer_batch: bool = False) -> PodView:
+    meta = pod.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    wid = f"{ns}/{name}"
+    log = ProblemLog(f"pod {wid}")
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    raw_spec = dict(pod.get("spec") or {})
+    parts = pod_spec(raw_spec, ("spec",), log, labels)
+    owners = meta.get("ownerReferences") or []
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+    owner_kind = str(owner.get("kind") or "") if owner else ""
+    c = classify(wid, labels, annotations, owner_kind=owner_kind, infer_batch=infer_batch)
+    tolerations = tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in parts.tolerations)
+    spec = WorkloadSpec(
+        id=wid,
+        requests=_resources(parts.requests, default=0.0),
+        tier=c.tier,
+        priority=c.priority,
+        namespace=ns,
+        labels=labels,
+        node_selector=dict(parts.node_selector),
+        tolerations=tolerations,
+        image=str(((raw_spec.get("containers") or [{}])[0] or {}).get("image") or ""),
+        owner=f"{ns}/{owner_kind}/{owner.get('name')}" if owner else wid,
+        slack_cpu=c.slack_cpu,
+        slack_memory=c.slack_memory,
+        reclaim_disabled=c.reclaim_disabled,
+        startup_grace_s=c.startup_grace_s,
+        is_daemonset=owner_kind == "DaemonSet",
+    )
+    unsupported = []
+    if parts.node_affinity:
+        unsupported.append("required node affinity")
+    if parts.affinity or parts.anti_affinity:
+        unsupported.append("required pod affinity or anti-affinity")
+    if parts.spread:
+        unsupported.append("topology spread constraints")
+    problems = [p.render() for p in log.problems] + [str(p) for p in c.problems]
+    return PodView(
+        spec,
+        str(meta.get("uid") or ""),
+        ns,
+        name,
+        str(raw_spec.get("nodeName") or ""),
+        str(raw_spec.get("schedulerName") or "default-scheduler"),
+        str((pod.get("status") or {}).get("phase") or "Pending"),
+        tuple(problems),
+        tuple(unsupported) if c.tier is Tier.BATCH else (),
+    )

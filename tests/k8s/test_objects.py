@@ -1,0 +1,74 @@
+"""Nodes and pods (the API's JSON) into the core's specs: units, requests as the verifier reads
+them, classification, tolerations and taints, what Kalena cannot evaluate yet, and readiness."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kalena.core.model import Tier
+from kalena.k8s.objects import node_ready, node_spec, pod_view
+
+
+def test_a_node_in_core_units_with_taints_and_zone():
+    spec, problems = node_spec({
+        "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1", "disk": "ssd"}},
+        "spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "3500m", "memory": "8Gi", "pods": "110"}},
+    })  # fmt: skip
+    assert problems == []
+    assert spec.allocatable["cpu"] == pytest.approx(3.5) and spec.allocatable["ram"] == pytest.approx(8.0)
+    assert spec.allocatable["gpu"] == 0.0  # no GPU unless the node says so
+    assert math.isinf(spec.allocatable["storage"])  # omitted: unbounded
+    assert spec.zone == "z1" and spec.labels["disk"] == "ssd"
+    assert [(t.key, t.value, t.effect) for t in spec.taints] == [("gpu", "yes", "NoSchedule")]
+    _bad, problems = node_spec({"metadata": {"name": "n2"}, "status": {"allocatable": {"cpu": "lots"}}})
+    assert problems and "status.allocatable.cpu" in problems[0] and '(value: "lots")' in problems[0]
+
+
+def test_ready_means_ready_and_schedulable():
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert node_ready(ready)
+    assert not node_ready({**ready, "spec": {"unschedulable": True}})
+    assert not node_ready({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})
+
+
+def test_a_pod_as_the_core_sees_it():
+    v = pod_view({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1",
+                     "labels": {"kalena.naughtian.io/tier": "batch", "app": "x"},
+                     "annotations": {"kalena.naughtian.io/priority": "7"},
+                     "ownerReferences": [{"kind": "Job", "name": "j", "controller": True}]},
+        "spec": {"schedulerName": "kalena", "nodeSelector": {"disk": "ssd"},
+                 "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                 "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "2"}}}],
+                 "containers": [
+                     {"name": "a", "image": "img:1",
+                      "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                     {"name": "b", "resources": {"limits": {"cpu": "1", "memory": "512Mi"}}}]},
+        "status": {"phase": "Pending"},
+    })  # fmt: skip
+    s = v.spec
+    assert s.id == "ns/p" and v.uid == "u1" and v.node == "" and v.scheduler == "kalena"
+    assert s.tier is Tier.BATCH and s.priority == 7 and s.owner == "ns/Job/j" and s.image == "img:1"
+    assert s.requests["cpu"] == pytest.approx(2.0)  # max(0.5 + 1, the init container's 2)
+    assert s.requests["ram"] == pytest.approx(1.5)  # a limit stands for a missing request
+    assert dict(s.node_selector) == {"disk": "ssd"} and s.tolerations[0].key == "gpu"
+    assert v.unsupported == () and v.problems == ()
+
+
+def test_what_kalena_cannot_evaluate_yet_and_a_bad_classification():
+    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}]}}}  # fmt: skip
+    v = pod_view({
+        "metadata": {"name": "q", "namespace": "ns", "labels": {"kalena.naughtian.io/tier": "batch"}},
+        "spec": {"affinity": aff, "containers": [{"name": "a"}]},
+    })  # fmt: skip
+    assert v.unsupported == ("required node affinity",)
+    w = pod_view({"metadata": {"name": "r", "labels": {"kalena.naughtian.io/tier": "maybe"}},
+                  "spec": {"containers": [{"name": "a"}]}})  # fmt: skip
+    assert w.spec.tier is Tier.SERVICE and w.problems and "treated as service" in w.problems[0]
+    ds = pod_view({"metadata": {"name": "d", "ownerReferences": [{"kind": "DaemonSet", "name": "x"}]},
+                   "spec": {"containers": [{"name": "a"}]}})  # fmt: skip
+    assert ds.spec.is_daemonset

@@ -1,0 +1,153 @@
+"""Kalena's secondary scheduler against the real control plane (kube-apiserver with TLS and RBAC,
+kwok nodes): batch pods with ``schedulerName: kalena`` bind only where the ledger fits, with the
+``Scheduled`` / ``FailedScheduling`` events and the ``PodScheduled`` condition; a bind against a
+stale view gets a 409 (bound by someone else, or the pod made again under its name: the UID
+precondition) and is decided again from fresh state; with its watches, a new pod is bound."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from typer.testing import CliRunner
+
+from kalena.cli.main import app
+from kalena.k8s.scheduler import Scheduler
+from kalena.testing.k8s import ControlPlane, NodeSpec
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow]
+
+
+def pod(name: str, cpu: str, *, node: str = "", scheduler: str = "kalena") -> dict:
+    spec: dict = {
+        "schedulerName": scheduler,
+        "containers": [
+            {"name": "c", "image": "busybox:1", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}
+        ],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def bind(cp: ControlPlane, ns: str, name: str, node: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}  # fmt: skip
+    cp.core.create_namespaced_pod_binding(name, ns, body, _preload_content=False)
+
+
+def events(cp: ControlPlane, ns: str, name: str) -> list[tuple[str, str]]:
+    got = cp.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return [(e.reason, e.message) for e in got]
+
+
+def until(check, bound_s: float = 60.0) -> bool:
+    end = time.monotonic() + bound_s
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.2)
+    return check()
+
+
+@pytest.fixture
+def cluster(control_plane: ControlPlane):
+    tag = uuid.uuid4().hex[:6]
+    label = {"kalena-test": tag}
+    a, b = f"kal-{tag}-a", f"kal-{tag}-b"
+    control_plane.add_nodes([NodeSpec(a, cpu="4", memory="8Gi", labels=label),
+                             NodeSpec(b, cpu="2", memory="4Gi", labels=label)])  # fmt: skip
+    ns = f"kal-{tag}"
+    control_plane.ensure_namespace(ns)
+    yield control_plane, ns, a, b, f"kalena-test={tag}"
+    control_plane.core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
+    for n in (a, b):
+        control_plane.core.delete_node(n)
+
+
+def test_batch_binds_where_the_ledger_fits_with_events_and_the_condition(cluster):
+    cp, ns, a, b, selector = cluster
+    cp.core.create_namespaced_pod(ns, pod("prod", "3", node=a, scheduler="default-scheduler"))
+    for name, cpu in (("b1", "1500m"), ("b2", "1"), ("b3", "3")):
+        cp.core.create_namespaced_pod(ns, pod(name, cpu))
+    lines: list[str] = []
+    sched = Scheduler(cp.core, node_selector=selector, log=lines.append)
+    sched.sync()
+    r = sched.pass_once()
+    # a: 4 cpu, production holds 3; b: 2 cpu. b1 (1.5) fits only b, then b2 (1) only a; b3 (3) nowhere
+    assert r.bound == {f"{ns}/b1": b, f"{ns}/b2": a}
+    assert list(r.pending) == [f"{ns}/b3"] and r.conflicts == []
+    why = r.pending[f"{ns}/b3"]
+    assert why.startswith("0/2 nodes are available") and "cpu" in why.lower(), why
+    cp.wait_for_pods(ns, ["b1", "b2"])  # bound, and kwok runs them
+    assert ("Scheduled", f"Successfully assigned {ns}/b1 to {b}") in events(cp, ns, "b1")
+    assert ("FailedScheduling", why) in events(cp, ns, "b3")
+    cond = {c.type: c for c in cp.core.read_namespaced_pod_status("b3", ns).status.conditions or []}
+    assert cond["PodScheduled"].status == "False" and cond["PodScheduled"].reason == "Unschedulable"
+    assert cond["PodScheduled"].message == why
+    bound = {c.type: c for c in cp.core.read_namespaced_pod_status("b1", ns).status.conditions or []}
+    assert bound["PodScheduled"].status == "True"
+    # the same reason is told once
+    sched.sync()
+    assert sched.pass_once().pending == {f"{ns}/b3": why}
+    assert [e for e in events(cp, ns, "b3") if e[0] == "FailedScheduling"] == [("FailedScheduling", why)]
+
+
+def test_a_bind_against_a_stale_view_gets_a_409_and_is_decided_again(cluster):
+    cp, ns, _a, b, selector = cluster
+    sched = Scheduler(cp.core, node_selector=selector)
+    cp.core.create_namespaced_pod(ns, pod("c", "250m"))
+    sched.sync()
+    bind(cp, ns, "c", b)  # someone else binds it after the scheduler's view was taken
+    r = sched.pass_once()
+    assert r.conflicts == [f"{ns}/c"] and r.bound == {}
+    assert sched.pass_once().bound == {}  # read again: bound, so not Kalena's to place
+    ledger, _ = sched.ledger()
+    assert f"{ns}/c" in ledger and ledger.node_names[ledger.node_of(f"{ns}/c")] == b
+    # the UID precondition: the pod is made again under its name after the view was taken
+    cp.core.create_namespaced_pod(ns, pod("d", "250m"))
+    sched.sync()
+    old = cp.core.read_namespaced_pod("d", ns).metadata.uid
+    cp.core.delete_namespaced_pod("d", ns, grace_period_seconds=0)
+    assert until(lambda: not [p for p in cp.core.list_namespaced_pod(ns).items if p.metadata.name == "d"])
+    cp.core.create_namespaced_pod(ns, pod("d", "250m"))
+    new = cp.core.read_namespaced_pod("d", ns).metadata.uid
+    assert new != old
+    r = sched.pass_once()
+    assert r.conflicts == [f"{ns}/d"]
+    r = sched.pass_once()  # the fresh pod, by its own UID
+    assert f"{ns}/d" in r.bound
+    assert cp.core.read_namespaced_pod("d", ns).spec.node_name == r.bound[f"{ns}/d"]
+
+
+def test_with_its_watches_a_new_pod_is_bound(cluster):
+    cp, ns, a, b, selector = cluster
+    sched = Scheduler(cp.core, node_selector=selector)
+    stop = threading.Event()
+    t = threading.Thread(target=sched.run, args=(stop, 0.5), daemon=True)
+    t.start()
+    try:
+        time.sleep(1.0)
+        cp.core.create_namespaced_pod(ns, pod("w", "500m"))
+        pods = cp.wait_for_pods(ns, ["w"], running=False, timeout=60)
+        assert pods[0].spec.node_name in (a, b)
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert not t.is_alive()
+
+
+def test_the_command_binds_and_a_bad_kubeconfig_is_said(cluster, tmp_path):
+    cp, ns, a, b, selector = cluster
+    cp.core.create_namespaced_pod(ns, pod("cli", "500m"))
+    runner = CliRunner()
+    args = ["k8s", "scheduler", "--kubeconfig", str(cp.kubeconfig), "--node-selector", selector]
+    r = runner.invoke(app, [*args, "--duration", "4"])
+    assert r.exit_code == 0, r.output
+    assert cp.core.read_namespaced_pod("cli", ns).spec.node_name in (a, b)
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("not: [a kubeconfig")
+    r = runner.invoke(app, ["k8s", "scheduler", "--kubeconfig", str(bad), "--duration", "1"])
+    assert r.exit_code == 2 and f"--kubeconfig {bad}: cannot be used" in r.stderr, r.output
