@@ -11,9 +11,14 @@ import time
 import uuid
 
 import pytest
+from kubernetes import client as kclient
+from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
 from kalena.cli.main import app
+from kalena.core.messages import ReservationEntry, ReservationReport
+from kalena.core.resources import Resources
+from kalena.k8s.reports import CRD, GROUP, PLURAL, VERSION, report_object
 from kalena.k8s.scheduler import Scheduler
 from kalena.testing.k8s import ControlPlane, NodeSpec
 
@@ -151,3 +156,77 @@ def test_the_command_binds_and_a_bad_kubeconfig_is_said(cluster, tmp_path):
     bad.write_text("not: [a kubeconfig")
     r = runner.invoke(app, ["k8s", "scheduler", "--kubeconfig", str(bad), "--duration", "1"])
     assert r.exit_code == 2 and f"--kubeconfig {bad}: cannot be used" in r.stderr, r.output
+
+
+def install_crd(cp: ControlPlane) -> None:
+    ext = kclient.ApiextensionsV1Api(cp.client)
+    try:
+        ext.create_custom_resource_definition(CRD)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+    def established() -> bool:
+        got = ext.read_custom_resource_definition(CRD["metadata"]["name"])
+        return any(c.type == "Established" and c.status == "True" for c in got.status.conditions or [])
+
+    assert until(established)
+    custom = kclient.CustomObjectsApi(cp.client)
+    assert until(lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL) is not None)
+
+
+def publish(cp: ControlPlane, node: str, entries: dict[str, float], at: float) -> None:
+    """What a node agent does: its estimator's reservations on its node, as a NodeReservation."""
+    rows = [
+        ReservationEntry(w, Resources.from_mapping({"cpu": c, "ram": 0.0625})) for w, c in entries.items()
+    ]
+    report = ReservationReport(node, 1, at, tuple(rows))
+    custom = kclient.CustomObjectsApi(cp.client)
+    body = report_object(report)
+    try:
+        old = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, node)
+        body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        custom.replace_cluster_custom_object(GROUP, VERSION, PLURAL, node, body)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+
+
+def test_batch_fits_into_the_reservations_the_agents_report_and_only_fresh_ones(cluster):
+    """Borg's slack on Kubernetes: production asked for 3 of a's 4 cpu but its agent reports a
+    reservation of 1; batch asking for 2 fits only once the report is in, and a stale or
+    unreadable report leaves production at its requests (said once)."""
+    cp, ns, a, b, selector = cluster
+    install_crd(cp)
+    cp.core.create_namespaced_pod(ns, pod("web", "3", node=a, scheduler="default-scheduler"))
+    cp.core.create_namespaced_pod(ns, pod("web2", "1500m", node=b, scheduler="default-scheduler"))
+    cp.core.create_namespaced_pod(ns, pod("big", "2"))
+    lines: list[str] = []
+    sched = Scheduler(cp.core, node_selector=selector, log=lines.append)
+    sched.sync()
+    assert sched.pass_once().pending  # requests only: a has 1 cpu left, b 0.5
+    publish(cp, a, {f"{ns}/web": 1.0}, time.time() - 1000)  # a stale report changes nothing
+    sched.sync()
+    assert list(sched.pass_once().pending) == [f"{ns}/big"]
+    assert any(f"report of {a} left out: stale" in line for line in lines), lines
+    publish(cp, a, {f"{ns}/web": 1.0, f"{ns}/not-here": 0.1}, time.time())
+    sched.sync()
+    r = sched.pass_once()
+    assert r.bound == {f"{ns}/big": a}, r
+    ledger, left = sched.ledger()
+    assert left == {}, left
+    rows = ledger.rows()
+    res = dict(zip(rows.ids, rows.reservations[:, 0], strict=True))
+    assert res[f"{ns}/web"] == pytest.approx(1.0) and res[f"{ns}/web2"] == pytest.approx(1.5)
+    assert f"{ns}/not-here" not in res  # a report names only its own node's pods
+    bad = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeReservation", "metadata": {"name": b},
+           "spec": {"report": {"version": 99, "kind": "reservation-report"}}}  # fmt: skip
+    kclient.CustomObjectsApi(cp.client).create_cluster_custom_object(GROUP, VERSION, PLURAL, bad)
+    sched.sync()
+    sched.ledger()
+    sched.ledger()
+    said = [line for line in lines if f"report of {b} left out: unreadable" in line]
+    assert len(said) == 1, lines
+    for n in (a, b):
+        kclient.CustomObjectsApi(cp.client).delete_cluster_custom_object(GROUP, VERSION, PLURAL, n)

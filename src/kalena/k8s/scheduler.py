@@ -3,12 +3,13 @@
 Pods with ``spec.schedulerName: kalena`` are Kalena's: batch by that opt-in, whatever their tier
 label says. Every pass:
 
-1. **the view**: the nodes (Ready and schedulable; a label selector may narrow them to Kalena's)
-   and every bound pod that has not finished, from the scheduler's cache of the API (a list,
-   then watches; a watch that expires, HTTP 410, is a fresh list);
+1. **the view**: the nodes (Ready and schedulable; a label selector may narrow them to Kalena's),
+   every bound pod that has not finished and the node agents' reservation reports
+   (``NodeReservation``, :mod:`kalena.k8s.reports`), from the scheduler's cache of the API (a
+   list, then watches; a watch that expires, HTTP 410, is a fresh list);
 2. **the ledger**: :func:`kalena.core.ledger.observed_ledger` over them (production as the
-   blueprint, each bound batch pod as itself; a node the ledger cannot hold is left out of
-   placement and said once);
+   blueprint, each bound batch pod as itself, the fresh reports' reservations in place of the
+   requests; a node the ledger cannot hold is left out of placement and said once);
 3. **placement**: the core's :func:`~kalena.core.placement.schedule` for the pending pods, with
    image locality from each node's ``status.images``;
 4. **binding**: ``pods/binding`` with the pod's UID as precondition. A 409 (the pod was bound by
@@ -43,7 +44,9 @@ from kalena.core.ledger import Ledger
 from kalena.core.ledger.observed import observed_ledger
 from kalena.core.model import NodeSpec, Tier, WorkloadSpec
 from kalena.core.placement import ContextKeeper, PlacementConfig, schedule
+from kalena.core.resources import Resources
 from kalena.k8s.objects import PodView, node_ready, node_spec, pod_view
+from kalena.k8s.reports import GROUP, PLURAL, STALE_AFTER_S, VERSION, reservations_from
 
 SCHEDULER_NAME = "kalena"
 COMPONENT = "kalena-scheduler"
@@ -76,6 +79,7 @@ class Scheduler:
         infer_batch: bool = False,
         clock: Callable[[], float] = time.time,
         log: Callable[[str], None] | None = None,
+        stale_after_s: float = STALE_AFTER_S,
     ) -> None:
         self.core, self.name, self.node_selector = core, name, node_selector
         self.log = log or (lambda _line: None)
@@ -84,6 +88,9 @@ class Scheduler:
         self.rng = np.random.default_rng(0)
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> pod
+        self.reports: dict[str, dict[str, Any]] = {}  # node -> its NodeReservation
+        self.custom = kclient.CustomObjectsApi(core.api_client)
+        self.stale_after_s = stale_after_s
         self.versions: dict[str, str] = {}  # "nodes" / "pods" -> the list's resourceVersion
         self.said: dict[str, str] = {}  # pod uid -> the last why-pending it was told
         self.problems: dict[str, str] = {}  # node or pod -> the problem last said of it
@@ -91,12 +98,23 @@ class Scheduler:
         self.lock = threading.Lock()
 
     # -- the cache ------------------------------------------------------------------------------
-    def _list(self, what: str) -> None:
+    def _lister(self, what: str) -> tuple[Callable[..., Any], dict[str, Any]]:
         if what == "nodes":
-            raw = self.core.list_node(label_selector=self.node_selector, _preload_content=False)
-        else:
-            raw = self.core.list_pod_for_all_namespaces(_preload_content=False)
-        data = _json(raw)
+            return self.core.list_node, {"label_selector": self.node_selector}
+        if what == "pods":
+            return self.core.list_pod_for_all_namespaces, {}
+        return self.custom.list_cluster_custom_object, {"group": GROUP, "version": VERSION, "plural": PLURAL}
+
+    def _list(self, what: str) -> None:
+        fn, kw = self._lister(what)
+        try:
+            data = _json(fn(_preload_content=False, **kw))
+        except ApiException as e:
+            if what != "reports" or e.status != 404:
+                raise
+            # no NodeReservation resource (the CRD is not installed): every pod at its requests
+            self._say_problems("reports", ["the NodeReservation resource is not installed: requests only"])
+            data = {"items": [], "metadata": {}}
         items = {(_key(what, o)): o for o in data.get("items") or []}
         with self.lock:
             setattr(self, what, items)
@@ -104,9 +122,9 @@ class Scheduler:
         self.changed.set()
 
     def sync(self) -> None:
-        """List nodes and pods afresh."""
-        self._list("nodes")
-        self._list("pods")
+        """List nodes, pods and the agents' reports afresh."""
+        for what in ("nodes", "pods", "reports"):
+            self._list(what)
 
     def apply_event(self, what: str, kind: str, obj: Mapping[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED, BOOKMARK) into the cache."""
@@ -129,9 +147,11 @@ class Scheduler:
             try:
                 if not self.versions.get(what):
                     self._list(what)
+                if not self.versions.get(what):  # still none (no reports resource): wait, list again
+                    stop.wait(30.0)
+                    continue
                 w = kwatch.Watch()
-                fn = self.core.list_node if what == "nodes" else self.core.list_pod_for_all_namespaces
-                kw: dict[str, Any] = {"label_selector": self.node_selector} if what == "nodes" else {}
+                fn, kw = self._lister(what)
                 for ev in w.stream(
                     fn, resource_version=self.versions[what], timeout_seconds=timeout_s,
                     allow_watch_bookmarks=True, **kw,
@@ -178,6 +198,8 @@ class Scheduler:
             v = pod_view(raw, infer_batch=self.infer_batch)
             if v.finished:
                 continue
+            if v.scheduler == self.name and v.spec.tier is not Tier.BATCH:  # Kalena's: batch, bound or not
+                v = dataclasses.replace(v, spec=dataclasses.replace(v.spec, tier=Tier.BATCH))
             if v.node:
                 if v.node in names:
                     residents.append((v.spec, v.node))
@@ -195,7 +217,19 @@ class Scheduler:
 
     def ledger(self) -> tuple[Ledger, dict[str, str]]:
         nodes, residents, _, _ = self._view()
-        return observed_ledger(nodes, residents)
+        return observed_ledger(nodes, residents, self._reservations(residents))
+
+    def _reservations(self, residents: list[tuple[WorkloadSpec, str]]) -> dict[str, Resources]:
+        """The fresh reports' reservations of the pods bound where they say; a report left out
+        is said once."""
+        with self.lock:
+            reports = dict(self.reports)
+        got, left = reservations_from(
+            reports, {w.id: n for w, n in residents}, self.clock(), self.stale_after_s
+        )
+        for n in reports:
+            self._say_problems(f"report of {n}", [left[n]] if n in left else [])
+        return got
 
     def pass_once(self) -> PassResult:
         """One pass over the cache (module docstring)."""
@@ -214,14 +248,14 @@ class Scheduler:
             for v in ready:
                 self._pending(v, "0/0 nodes are available: no Ready node for Kalena", out)
             return out
-        ledger, left_out = observed_ledger(nodes, residents)
+        ledger, left_out = observed_ledger(nodes, residents, self._reservations(residents))
         for n in ledger.node_names:
             self._say_problems(f"{n} (ledger)", [left_out[n]] if n in left_out else [])
         keeper = ContextKeeper(ledger.node_names)
         for k, n in enumerate(ledger.node_names):
             for image in images.get(n, []):
                 keeper.started(image, k)
-        specs = [dataclasses.replace(v.spec, tier=Tier.BATCH) for v in ready]
+        specs = [v.spec for v in ready]
         ctx = keeper.context(self.clock(), specs)
         if left_out:
             eligible = np.array([n not in left_out for n in ledger.node_names])
@@ -312,7 +346,7 @@ class Scheduler:
         self.sync()
         threads = [
             threading.Thread(target=self.watch, args=(w, stop), name=f"kalena-watch-{w}", daemon=True)
-            for w in ("nodes", "pods")
+            for w in ("nodes", "pods", "reports")
         ]
         for t in threads:
             t.start()
@@ -329,7 +363,7 @@ class Scheduler:
 
 def _key(what: str, obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
-    return str(meta.get("name") if what == "nodes" else meta.get("uid"))
+    return str(meta.get("uid") if what == "pods" else meta.get("name"))
 
 
 def _json(resp: Any) -> dict[str, Any]:

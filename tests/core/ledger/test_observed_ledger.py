@@ -33,3 +33,17 @@ def test_residents_reservations_and_the_nodes_left_out():
     assert res["p1"] == pytest.approx(1.0)  # its report
     assert res["p3"] == pytest.approx(1.0)  # no report: its request
     assert ledger.node_names[ledger.node_of("b1")] == "a"
+
+
+def test_bound_batch_is_judged_against_the_reported_reservations_and_gpu_slack_stays_zero():
+    gpu_node = NodeSpec("g", allocatable=Resources.from_mapping({"cpu": 4.0, "ram": 8.0, "gpu": 2.0}))
+    prod = WorkloadSpec(id="p", requests=Resources.from_mapping({"cpu": 3.0, "ram": 1.0, "gpu": 2.0}))
+    residents = [(prod, "g"), (w("b", 2.0, Tier.BATCH), "g")]  # 3 + 2 > 4 by requests
+    report = {"p": Resources.from_mapping({"cpu": 1.0, "ram": 1.0, "gpu": 0.0})}
+    ledger, left = observed_ledger([gpu_node], residents, report)
+    assert left == {} and "b" in ledger  # by its reservation production leaves room for b
+    rows = ledger.rows()
+    res = dict(zip(rows.ids, rows.reservations, strict=True))
+    assert res["p"][0] == pytest.approx(1.0) and res["p"][2] == pytest.approx(2.0)  # gpu at its request
+    _, left = observed_ledger([gpu_node], residents)  # no report: requests, and b does not fit
+    assert set(left) == {"g"}

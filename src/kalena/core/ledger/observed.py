@@ -11,8 +11,8 @@ The rules, written once for every such shell:
 * each batch resident is placed as itself (``PlaceBatch``); one the ledger cannot hold leaves its
   node out too (the node has no slack by the ledger's own account);
 * reservations, where given, replace the requests as the rows' reservations (a ``ReservationUpdate``
-  at the ledger's current epoch); the others stay at their requests (fail-safe: a missing report
-  never releases slack).
+  at the ledger's current epoch), the GPU always at its request (GPU slack is zero); the others
+  stay at their requests (fail-safe: a missing report never releases slack).
 
 Pure: plain data in, a ``Ledger`` and the nodes left out (name -> why) back.
 """
@@ -26,7 +26,7 @@ import numpy as np
 from kalena.core.ledger.commitments import PlaceBatch, ReservationUpdate
 from kalena.core.ledger.state import Ledger
 from kalena.core.model import NodeSpec, Tier, WorkloadSpec
-from kalena.core.resources import DIMS, Resources
+from kalena.core.resources import DIMS, GPU, Resources
 from kalena.core.tolerance import REL_TOL
 
 
@@ -51,6 +51,7 @@ def observed_ledger(
     ledger = Ledger.from_blueprint(
         list(nodes), [n.allocatable for n in nodes], [w for w, _ in kept], {w.id: n for w, n in kept}
     )
+    _reserve(ledger, reservations)  # production's first: the batch bound there is judged against them
     for w, n in residents:
         if w.tier is Tier.SERVICE or n not in names or n in left_out:
             continue
@@ -58,10 +59,16 @@ def observed_ledger(
         res = ledger.apply(PlaceBatch(w, k, ledger.node_epoch(k)))
         if not res.accepted:
             left_out[n] = f"its batch {w.id} does not fit the ledger"
-    if reservations:
-        rows = ledger.rows()
-        pick = [i for i, wid in enumerate(rows.ids) if wid in reservations]
-        if pick:
-            values = np.array([reservations[rows.ids[i]].array() for i in pick])
-            ledger.apply(ReservationUpdate(rows.rows[pick], values, rows.global_epoch))
+    _reserve(ledger, reservations)  # then the batch's
     return ledger, left_out
+
+
+def _reserve(ledger: Ledger, reservations: Mapping[str, Resources] | None) -> None:
+    if not reservations:
+        return
+    rows = ledger.rows()
+    pick = [i for i, wid in enumerate(rows.ids) if wid in reservations]
+    if pick:
+        values = np.array([reservations[rows.ids[i]].array() for i in pick])
+        values[:, GPU] = rows.requests[pick, GPU]  # GPU slack is zero, whatever a report says
+        ledger.apply(ReservationUpdate(rows.rows[pick], values, rows.global_epoch))
