@@ -4,14 +4,22 @@ kube-scheduler and kwok on 127.0.0.1 with ``--nodes`` kwok nodes, until SIGINT o
 Exit codes: 0 stopped, 2 bad input, 3 the harness is not built, 4 a component failed.
 
 ``kalena k8s scheduler``: Kalena's secondary scheduler (:mod:`kalena.k8s.scheduler`). Exit codes:
-0 stopped, 2 bad input (a kubeconfig that cannot be used), 3 the apiserver does not answer."""
+0 stopped, 2 bad input (a kubeconfig that cannot be used), 3 the apiserver does not answer, 4 the
+leader's lease was lost (``--leader-elect``: another replica leads; the Deployment restarts it).
+
+``kalena k8s render``: Kalena's objects for a cluster (:mod:`kalena.k8s.render`). Exit codes: 0,
+2 bad input."""
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+import socket
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -24,6 +32,8 @@ app = typer.Typer(help="Kalena on Kubernetes.", no_args_is_help=True)
 
 EXIT_NOT_BUILT = 3
 EXIT_FAILED = 4
+EXIT_LOST_LEASE = 4
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MAX_NODES = 100_000
 
 
@@ -116,6 +126,19 @@ def scheduler(
         bool, typer.Option("--infer-batch", metavar="", help="Job and CronJob pods default to batch.")
     ] = False,
     every: Annotated[float, typer.Option("--every", help="Seconds between passes at most.")] = 1.0,
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            "--leader-elect", metavar="", help="Run as one of several replicas: only the leader places."
+        ),
+    ] = False,
+    lease_namespace: Annotated[
+        str, typer.Option("--lease-namespace", help="The Lease's namespace.")
+    ] = "kalena-system",
+    lease_name: Annotated[str, typer.Option("--lease-name", help="The Lease's name.")] = "kalena-scheduler",
+    lease_duration: Annotated[
+        int, typer.Option("--lease-duration", help="Seconds a leader's lease lasts without renewal.")
+    ] = 15,
     duration: Annotated[
         float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
     ] = 0.0,
@@ -162,4 +185,69 @@ def scheduler(
         stop.set()
 
     threading.Thread(target=until_stopped, daemon=True).start()
-    sched.run(stop, every)
+    if not leader_elect:
+        sched.run(stop, every)
+        return
+    lost = _lead(sched, stop, every, lease_namespace, lease_name, lease_duration)
+    if lost:
+        raise agent_cli.fail_with(
+            [f"kalena k8s scheduler: lost the lease {lease_namespace}/{lease_name}: another replica leads"],
+            EXIT_LOST_LEASE,
+        )
+
+
+class _Stopped(Exception):
+    """The scheduler stopped while leading (not an error)."""
+
+
+def _lead(sched: Any, stop: threading.Event, every: float, namespace: str, name: str, duration: int) -> bool:
+    """Place only while this replica holds the Lease (the client library's election); returns
+    whether the lease was lost (rather than the command stopped)."""
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    identity = f"{socket.gethostname()}-{os.getpid()}"
+    lost = threading.Event()
+
+    def lead() -> None:
+        sched.run(stop, every)
+        # stopped: raising is the library's one way to end its renewals (it logs it; quieted below)
+        raise _Stopped()
+
+    logging.getLogger("leaderelection").addFilter(
+        lambda rec: not (rec.exc_info and isinstance(rec.exc_info[1], _Stopped))
+    )
+    renew = max(2, duration * 2 // 3)
+    retry = max(1, min(2, (renew - 1) // 2))
+    config = electionconfig.Config(
+        LeaseLock(name, namespace, identity), lease_duration=duration, renew_deadline=renew,
+        retry_period=retry, onstarted_leading=lead, onstopped_leading=lost.set,
+    )  # fmt: skip
+    typer.echo(f"kalena k8s scheduler: {identity} waits for the lease {namespace}/{name}", err=True)
+    threading.Thread(target=leaderelection.LeaderElection(config).run, daemon=True).start()
+    while not stop.is_set() and not lost.is_set():
+        stop.wait(0.2)
+    was_lost = lost.is_set()  # (not the user's stop: the election goes on renewing until we exit)
+    stop.set()
+    return was_lost
+
+
+@app.command("render")
+def render_cmd(
+    namespace: Annotated[str, typer.Option("--namespace", help="Kalena's namespace.")] = "kalena-system",
+    image: Annotated[
+        str, typer.Option("--image", help="The image that has the kalena command.")
+    ] = "kalena:latest",
+) -> None:
+    """Print Kalena's Kubernetes objects (namespace, NodeReservation CRD, least-privilege RBAC, the
+    leader-elected scheduler Deployment) as YAML, for kubectl apply -f -."""
+    from kalena.k8s.render import render
+
+    problems = []
+    if not _DNS_LABEL.match(namespace):
+        problems.append(f"--namespace: not a DNS label (value: {namespace!r})")
+    if not image or any(c.isspace() for c in image):
+        problems.append(f"--image: not an image reference (value: {image!r})")
+    if problems:
+        raise agent_cli.fail_with(problems, agent_cli.EXIT_BAD_INPUT)
+    typer.echo(render(namespace, image), nl=False)

@@ -1,0 +1,196 @@
+"""Least privilege, tested: the scheduler works with exactly the rules `kalena k8s render` grants
+its ServiceAccount (binds, events, the PodScheduled condition, reservation reports, its Lease),
+and every verb beyond them is refused by the real apiserver's RBAC.
+
+The ServiceAccount is authenticated with a client certificate whose name is the account's
+(``system:serviceaccount:NS:NAME``), since the harness has no controller-manager to mint tokens;
+RBAC judges the name and groups the same way either way."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import yaml
+from kubernetes import client as kclient
+from kubernetes import utils as kutils
+from kubernetes.client.exceptions import ApiException
+from typer.testing import CliRunner
+
+from kalena.cli.main import app
+from kalena.k8s.render import SCHEDULER, SCHEDULER_LEASE_RULES, SCHEDULER_RULES, objects
+from kalena.testing.k8s import ControlPlane, NodeSpec
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow]
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+
+
+def apply(cp: ControlPlane, docs: list[dict]) -> None:
+    for d in docs:
+        try:
+            kutils.create_from_dict(cp.client, d)
+        except kutils.FailToCreateError as e:
+            if any(getattr(x, "status", None) != 409 for x in e.api_exceptions):
+                raise
+
+
+def allowed(cp: ControlPlane, user: str, groups: list[str], verb: str, resource: str, group: str = "",
+            sub: str = "", namespace: str = "") -> bool:  # fmt: skip
+    attrs = {"verb": verb, "resource": resource, "group": group, "subresource": sub, "namespace": namespace}
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+              "spec": {"user": user, "groups": groups, "resourceAttributes": attrs}}  # fmt: skip
+    got = kclient.AuthorizationV1Api(cp.client).create_subject_access_review(review)
+    return bool(got.status.allowed)
+
+
+@pytest.fixture
+def installed(control_plane: ControlPlane):
+    cp = control_plane
+    tag = uuid.uuid4().hex[:6]
+    ns = f"kalena-rbac-{tag}"
+    docs = objects(ns)
+    apply(cp, [d for d in docs if d["kind"] != "ClusterRoleBinding"])
+    # one ClusterRoleBinding per test namespace (the rendered one names kalena-system's account)
+    (crb,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    crb = {**crb, "metadata": {"name": f"{SCHEDULER}-{tag}"}}
+    apply(cp, [crb])
+    user = f"system:serviceaccount:{ns}:{SCHEDULER}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"]
+    yield cp, ns, tag, user, groups
+    kclient.RbacAuthorizationV1Api(cp.client).delete_cluster_role_binding(f"{SCHEDULER}-{tag}")
+    cp.core.delete_namespace(ns)
+
+
+def test_every_verb_beyond_the_rendered_rules_is_refused(installed):
+    cp, ns, _tag, user, groups = installed
+    rules = [(r, ns) for r in SCHEDULER_LEASE_RULES] + [(r, "") for r in SCHEDULER_RULES]
+    for rule, where in rules:
+        for res in rule["resources"]:
+            resource, _, sub = res.partition("/")
+            for verb in VERBS:
+                want = verb in rule["verbs"]
+                got = allowed(cp, user, groups, verb, resource, rule["apiGroups"][0], sub, where)
+                assert got == want, (verb, res, where, "granted" if got else "refused")
+    # and nothing else: secrets, other namespaces' leases, configmaps, deployments
+    assert not allowed(cp, user, groups, "get", "secrets", namespace=ns)
+    assert not allowed(cp, user, groups, "get", "leases", "coordination.k8s.io", namespace="kube-system")
+    assert not allowed(cp, user, groups, "list", "configmaps")
+    assert not allowed(cp, user, groups, "update", "deployments", "apps", namespace=ns)
+
+
+def test_the_scheduler_works_with_exactly_those_rules(installed):
+    cp, ns, tag, user, groups = installed
+    label = {"kalena-rbac": tag}
+    node = f"rbac-{tag}"
+    cp.add_nodes([NodeSpec(node, cpu="2", memory="4Gi", labels=label)])
+    work = f"work-{tag}"
+    cp.ensure_namespace(work)
+    for name, cpu in (("fits", "1"), ("too-big", "8")):
+        cp.core.create_namespaced_pod(work, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"schedulerName": "kalena", "containers": [
+                {"name": "c", "image": "busybox:1", "resources": {"requests": {"cpu": cpu}}}]},
+        })  # fmt: skip
+    kubeconfig = cp.kubeconfig_for(user, groups)
+    args = ["k8s", "scheduler", "--kubeconfig", str(kubeconfig), "--node-selector", f"kalena-rbac={tag}",
+            "--leader-elect", "--lease-namespace", ns, "--lease-duration", "4"]  # fmt: skip
+    args += ["--duration", "8"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "Forbidden" not in r.output and "403" not in r.output, r.output
+    assert cp.core.read_namespaced_pod("fits", work).spec.node_name == node  # pods/binding
+    reasons = {e.reason for e in cp.core.list_namespaced_event(work).items}
+    assert {"Scheduled", "FailedScheduling"} <= reasons  # events
+    cond = {c.type: c for c in cp.core.read_namespaced_pod_status("too-big", work).status.conditions or []}
+    assert cond["PodScheduled"].status == "False"  # pods/status
+    lease = kclient.CoordinationV1Api(cp.client).read_namespaced_lease(SCHEDULER, ns)
+    assert lease.spec.holder_identity  # its Lease, in its namespace
+    cp.core.delete_namespace(work)
+    cp.core.delete_node(node)
+
+
+def test_render_prints_every_object_once(tmp_path):
+    r = CliRunner().invoke(app, ["k8s", "render", "--namespace", "kal", "--image", "reg.example/kalena:1"])
+    assert r.exit_code == 0, r.output
+    docs = list(yaml.safe_load_all(r.stdout))
+    kinds = [d["kind"] for d in docs]
+    assert kinds[:2] == ["Namespace", "CustomResourceDefinition"]
+    assert {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+    } <= set(kinds)
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == "reg.example/kalena:1" and "--leader-elect" in c["args"]
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == SCHEDULER
+    bad = CliRunner().invoke(app, ["k8s", "render", "--namespace", "Not_A_Label"])
+    assert bad.exit_code == 2 and "--namespace: not a DNS label" in bad.stderr
+
+
+def test_a_second_replica_takes_over_when_the_leader_dies(installed, tmp_path):
+    """Two replicas with --leader-elect: one holds the Lease and places; killed, the other takes the
+    Lease within its duration and places the next pod."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    cp, ns, tag, user, groups = installed
+    label = {"kalena-le": tag}
+    node = f"le-{tag}"
+    cp.add_nodes([NodeSpec(node, cpu="4", memory="4Gi", labels=label)])
+    work = f"le-{tag}"
+    cp.ensure_namespace(work)
+    kubeconfig = cp.kubeconfig_for(user, groups)
+    cmd = [sys.executable, "-m", "kalena.cli.main", "k8s", "scheduler", "--kubeconfig", str(kubeconfig),
+           "--node-selector", f"kalena-le={tag}", "--leader-elect", "--lease-namespace", ns,
+           "--lease-duration", "4", "--duration", "90"]  # fmt: skip
+    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
+    leases = kclient.CoordinationV1Api(cp.client)
+
+    def holder() -> str:
+        try:
+            return leases.read_namespaced_lease(SCHEDULER, ns).spec.holder_identity or ""
+        except ApiException:
+            return ""
+
+    def make(name: str) -> None:
+        cp.core.create_namespaced_pod(work, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"schedulerName": "kalena", "containers": [
+                {"name": "c", "image": "busybox:1", "resources": {"requests": {"cpu": "100m"}}}]},
+        })  # fmt: skip
+
+    try:
+        assert _until(lambda: holder().endswith(f"-{procs[0].pid}"), 60), holder()
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        make("one")
+        cp.wait_for_pods(work, ["one"], running=False, timeout=60)
+        time.sleep(2.0)
+        assert holder().endswith(f"-{procs[0].pid}")  # the second waits
+        os.kill(procs[0].pid, signal.SIGKILL)
+        procs[0].wait(10)
+        assert _until(lambda: holder().endswith(f"-{procs[1].pid}"), 60), holder()
+        make("two")
+        cp.wait_for_pods(work, ["two"], running=False, timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(30)
+        cp.core.delete_namespace(work)
+        cp.core.delete_node(node)
+
+
+def _until(check, bound_s: float) -> bool:
+    end = time.monotonic() + bound_s
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.25)
+    return check()
