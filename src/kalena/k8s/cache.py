@@ -1,0 +1,227 @@
+"""The API as Kalena's Kubernetes components see it: nodes, pods and ``NodeReservation`` reports.
+
+One cache for the secondary scheduler and the scheduler extender (they need the same view and
+the same ledger, so it is written once): a list of each, then watches from that list's version;
+a watch that expires (HTTP 410) or a broken stream (the apiserver restarted) is a fresh list.
+``generation`` counts the lists and watch events, so a reader can keep what it derived from
+the tables until the next one.
+
+The view (:meth:`ClusterCache.view`): the Ready, schedulable nodes (narrowed by a label selector
+to Kalena's), every bound pod that has not finished (pods of Kalena's ``schedulerName`` as
+batch, bound or not: that is the opt-in), the pending pods of that name, and the images each
+node holds. The ledger (:meth:`ClusterCache.ledger`) is the core's ``observed_ledger`` over it
+with the fresh reports' reservations. A node, pod or report left out is said once through
+``log``, and again when the reason changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client as kclient
+from kubernetes import watch as kwatch
+from kubernetes.client.exceptions import ApiException
+
+from kalena.core.ledger import Ledger
+from kalena.core.ledger.observed import observed_ledger
+from kalena.core.model import NodeSpec, Tier, WorkloadSpec
+from kalena.core.resources import Resources
+from kalena.k8s.objects import PodView, node_ready, node_spec, pod_view
+from kalena.k8s.reports import GROUP, PLURAL, STALE_AFTER_S, VERSION, reservations_from
+
+SCHEDULER_NAME = "kalena"
+WATCHED = ("nodes", "pods", "reports")
+
+View = tuple[list[NodeSpec], list[tuple[WorkloadSpec, str]], list[PodView], dict[str, list[str]]]
+
+
+class ClusterCache:
+    """Nodes, pods and reports from the API, kept by list and watch (module docstring)."""
+
+    def __init__(
+        self,
+        core: kclient.CoreV1Api,
+        *,
+        name: str = SCHEDULER_NAME,
+        node_selector: str | None = None,
+        infer_batch: bool = False,
+        clock: Callable[[], float] = time.time,
+        log: Callable[[str], None] | None = None,
+        stale_after_s: float = STALE_AFTER_S,
+    ) -> None:
+        self.core, self.name, self.node_selector = core, name, node_selector
+        self.log = log or (lambda _line: None)
+        self.infer_batch, self.clock = infer_batch, clock
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}  # uid -> pod
+        self.reports: dict[str, dict[str, Any]] = {}  # node -> its NodeReservation
+        self.custom = kclient.CustomObjectsApi(core.api_client)
+        self.stale_after_s = stale_after_s
+        self.versions: dict[str, str] = {}  # "nodes" / "pods" -> the list's resourceVersion
+        self.problems: dict[str, str] = {}  # node or pod -> the problem last said of it
+        self.generation = 0  # bumped by every list and watch event
+        self.changed = threading.Event()
+        self.lock = threading.Lock()
+
+    # -- list and watch ---------------------------------------------------------------------------
+    def _lister(self, what: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+        if what == "nodes":
+            return self.core.list_node, {"label_selector": self.node_selector}
+        if what == "pods":
+            return self.core.list_pod_for_all_namespaces, {}
+        return self.custom.list_cluster_custom_object, {"group": GROUP, "version": VERSION, "plural": PLURAL}
+
+    def _list(self, what: str) -> None:
+        fn, kw = self._lister(what)
+        try:
+            data = read_json(fn(_preload_content=False, **kw))
+        except ApiException as e:
+            if what != "reports" or e.status != 404:
+                raise
+            # no NodeReservation resource (the CRD is not installed): every pod at its requests
+            self._say_problems("reports", ["the NodeReservation resource is not installed: requests only"])
+            data = {"items": [], "metadata": {}}
+        items = {(object_key(what, o)): o for o in data.get("items") or []}
+        with self.lock:
+            setattr(self, what, items)
+            self.versions[what] = str((data.get("metadata") or {}).get("resourceVersion") or "")
+            self.generation += 1
+        self.changed.set()
+
+    def sync(self) -> None:
+        """List nodes, pods and the agents' reports afresh."""
+        for what in WATCHED:
+            self._list(what)
+
+    def apply_event(self, what: str, kind: str, obj: Mapping[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED, BOOKMARK) into the cache."""
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        with self.lock:
+            if kind != "BOOKMARK":
+                table: dict[str, dict[str, Any]] = getattr(self, what)
+                if kind == "DELETED":
+                    table.pop(object_key(what, obj), None)
+                else:
+                    table[object_key(what, obj)] = dict(obj)
+                self.generation += 1
+            if rv:
+                self.versions[what] = rv
+        self.changed.set()
+
+    def watch(self, what: str, stop: threading.Event, timeout_s: int = 60) -> None:
+        """Follow ``what`` until ``stop``: a list, then watches from its version; an expired
+        version (410) or a broken stream means a fresh list."""
+        while not stop.is_set():
+            try:
+                if not self.versions.get(what):
+                    self._list(what)
+                if not self.versions.get(what):  # still none (no reports resource): wait, list again
+                    stop.wait(30.0)
+                    continue
+                w = kwatch.Watch()
+                fn, kw = self._lister(what)
+                for ev in w.stream(
+                    fn, resource_version=self.versions[what], timeout_seconds=timeout_s,
+                    allow_watch_bookmarks=True, **kw,
+                ):  # fmt: skip
+                    if stop.is_set():
+                        w.stop()
+                        break
+                    raw = ev.get("raw_object") or {}
+                    if ev.get("type") == "ERROR":
+                        if raw.get("code") == 410:
+                            self.versions[what] = ""  # too old: list again
+                        break
+                    self.apply_event(what, str(ev.get("type")), raw)
+            except ApiException as e:
+                if e.status == 410:
+                    self.versions[what] = ""
+                else:
+                    stop.wait(1.0)  # the apiserver restarts, say: try again
+            except Exception:  # a broken stream (connection reset, the apiserver went away)
+                stop.wait(1.0)
+
+    def watch_all(self, stop: threading.Event) -> list[threading.Thread]:
+        """A started thread per watched kind, each following it until ``stop``."""
+        threads = [
+            threading.Thread(target=self.watch, args=(w, stop), name=f"kalena-watch-{w}", daemon=True)
+            for w in WATCHED
+        ]
+        for t in threads:
+            t.start()
+        return threads
+
+    # -- the view and the ledger ------------------------------------------------------------------
+    def view(self) -> View:
+        """The nodes (sorted by name), the bound pods as ``(spec, node)``, the pending pods of
+        Kalena's name and each node's images (module docstring)."""
+        with self.lock:
+            nodes_raw = list(self.nodes.values())
+            pods_raw = list(self.pods.values())
+        nodes: list[NodeSpec] = []
+        images: dict[str, list[str]] = {}
+        for raw in nodes_raw:
+            spec, problems = node_spec(raw)
+            self._say_problems(spec.name, problems)
+            if node_ready(raw) and not problems:
+                nodes.append(spec)
+                imgs = [
+                    n for i in (raw.get("status") or {}).get("images") or [] for n in i.get("names") or []
+                ]
+                images[spec.name] = imgs
+        names = {n.name for n in nodes}
+        residents: list[tuple[WorkloadSpec, str]] = []
+        pending: list[PodView] = []
+        for raw in pods_raw:
+            v = pod_view(raw, infer_batch=self.infer_batch)
+            if v.finished:
+                continue
+            if v.scheduler == self.name and v.spec.tier is not Tier.BATCH:  # Kalena's: batch, bound or not
+                v = dataclasses.replace(v, spec=dataclasses.replace(v.spec, tier=Tier.BATCH))
+            if v.node:
+                if v.node in names:
+                    residents.append((v.spec, v.node))
+            elif v.scheduler == self.name and not (raw.get("metadata") or {}).get("deletionTimestamp"):
+                pending.append(v)
+        return sorted(nodes, key=lambda n: n.name), residents, pending, images
+
+    def _say_problems(self, who: str, problems: list[str]) -> None:
+        text = "; ".join(problems)
+        if problems and self.problems.get(who) != text:  # said once, and again when it changes
+            self.problems[who] = text
+            self.log(f"{who} left out: {text}")
+        elif not problems:
+            self.problems.pop(who, None)
+
+    def ledger(self) -> tuple[Ledger, dict[str, str]]:
+        """The core's ledger of the view, and the nodes it leaves out (name -> why)."""
+        nodes, residents, _, _ = self.view()
+        return observed_ledger(nodes, residents, self.reservations(residents))
+
+    def reservations(self, residents: list[tuple[WorkloadSpec, str]]) -> dict[str, Resources]:
+        """The fresh reports' reservations of the pods bound where they say; a report left out
+        is said once."""
+        with self.lock:
+            reports = dict(self.reports)
+        got, left = reservations_from(
+            reports, {w.id: n for w, n in residents}, self.clock(), self.stale_after_s
+        )
+        for n in reports:
+            self._say_problems(f"report of {n}", [left[n]] if n in left else [])
+        return got
+
+
+def object_key(what: str, obj: Mapping[str, Any]) -> str:
+    """A pod's UID (a pod made again under its name is another pod), another object's name."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("uid") if what == "pods" else meta.get("name"))
+
+
+def read_json(resp: Any) -> dict[str, Any]:
+    """The body of a ``_preload_content=False`` answer (plain JSON: no model objects to build)."""
+    return dict(json.loads(resp.data))
