@@ -43,17 +43,6 @@ def tag() -> str:
 
 
 @pytest.fixture
-def containers(engine: Engine, tag: str) -> Iterator[list[str]]:
-    """Names of the containers a test starts (its own and Kalena's); all removed at teardown."""
-    made: list[str] = []
-    yield made
-    for c in engine.api.containers(all=True):
-        names = [n.lstrip("/") for n in c.get("Names", [])]
-        if any(tag in n for n in names) or any(n in made for n in names):
-            engine.remove(c["Id"])
-
-
-@pytest.fixture
 def cgroup_root(tag: str) -> Iterator[str]:
     """An absolute Kalena root for this test only; its empty directories are removed at teardown in
     every mounted hierarchy (runc makes the batch parents in those Kalena does not use too)."""
@@ -61,6 +50,18 @@ def cgroup_root(tag: str) -> Iterator[str]:
     yield root
     for top in Path("/sys/fs/cgroup").glob("*/" + root.lstrip("/")):
         remove_empty_tree(top)
+
+
+@pytest.fixture
+def containers(engine: Engine, tag: str, cgroup_root: str) -> Iterator[list[str]]:
+    """Names of the containers a test starts (its own and Kalena's); all removed at teardown,
+    before the test's cgroup root is (a container still there keeps its cgroup parent busy)."""
+    made: list[str] = []
+    yield made
+    for c in engine.api.containers(all=True):
+        names = [n.lstrip("/") for n in c.get("Names", [])]
+        if any(tag in n for n in names) or any(n in made for n in names):
+            engine.remove(c["Id"])
 
 
 @pytest.fixture(scope="session")
