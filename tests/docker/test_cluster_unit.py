@@ -222,3 +222,19 @@ def test_a_host_whose_batch_no_longer_fits_its_ledger_takes_nothing_new(tmp_path
     said = [e.data["what"] for e in db.events(kinds=["warning"])]
     assert said == ["report of full left out: its batch full:batch/old.1 does not fit the ledger"]
     db.close()
+
+
+def test_the_daemon_refuses_a_bad_requeue_rate_before_anything_starts(tmp_path):
+    from typer.testing import CliRunner
+
+    from kalena.cli.main import app
+
+    store = tmp_path / "cluster.db"
+    for args, what in (
+        (["--requeue-rate", "0"], "rate_per_s must be > 0"),
+        (["--requeue-burst", "0"], "burst"),
+    ):
+        r = CliRunner().invoke(app, ["docker", "daemon", "--store", str(store), *args, "--duration", "0.1"])
+        assert r.exit_code == 2 and "--requeue-rate, --requeue-burst: lost requeue " in r.stderr, r.output
+        assert what in r.stderr
+    assert not store.exists()  # nothing was made

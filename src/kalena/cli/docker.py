@@ -17,6 +17,7 @@ import typer
 from kalena.api.app import make_app
 from kalena.api.serve import DEFAULT_LISTEN, ApiServer
 from kalena.cli import agent as agent_cli
+from kalena.core.lifecycle import LostRequeueConfig
 from kalena.docker.cluster import Cluster
 from kalena.docker.engine import DEFAULT_ENDPOINT
 from kalena.store import Store, StoreError
@@ -98,18 +99,30 @@ def daemon(
     lost_after: Annotated[
         float, typer.Option("--lost-after", help="Seconds without a report before a host is gone.")
     ] = 30.0,
+    requeue_burst: Annotated[
+        int, typer.Option("--requeue-burst", help="Runs of lost hosts requeued at once.")
+    ] = 20,
+    requeue_rate: Annotated[
+        float, typer.Option("--requeue-rate", help="Then this many a second (inf: no limit).")
+    ] = 2.0,
     duration: Duration = 0.0,
 ) -> None:
     """The cluster daemon: one queue over several Docker hosts, whose agents join it (serve --join)."""
+    problems = []
     if not (math.isfinite(lost_after) and lost_after > 0):
-        why = f"--lost-after: must be a finite number of seconds > 0 (value: {lost_after!r})"
-        raise agent_cli.fail_with([why], agent_cli.EXIT_BAD_INPUT)
+        problems.append(f"--lost-after: must be a finite number of seconds > 0 (value: {lost_after!r})")
+    try:
+        rate = LostRequeueConfig(rate_per_s=requeue_rate, burst=requeue_burst)
+    except ValueError as e:
+        problems.append(f"--requeue-rate, --requeue-burst: {e}")
+    if problems:
+        raise agent_cli.fail_with(problems, agent_cli.EXIT_BAD_INPUT)
     api = agent_cli.api_options(listen, token_file, api_tls_cert, api_tls_key, "docker")
     assert api is not None
     where, token, cert, key = api
     try:
         db = Store(store)
-        cluster = Cluster(db, lost_after_s=lost_after)
+        cluster = Cluster(db, lost_after_s=lost_after, lost_requeue=rate)
     except StoreError as e:
         raise agent_cli.fail_with([f"--store: {e}"], agent_cli.EXIT_HOST) from None
     server = ApiServer(make_app(store, token), where, cert, key)
