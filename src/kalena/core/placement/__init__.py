@@ -1,8 +1,10 @@
-"""Batch placement into reclaimed capacity: filters, scores, caches, the scheduler and why-pending."""
+"""Batch placement into reclaimed capacity: filters, scores, caches, the scheduler, one pod's
+evaluation and why-pending."""
 
 from kalena.core.placement.cache import PlacementCache, ScoreCache
 from kalena.core.placement.config import PlacementConfig, SchedulingContext
 from kalena.core.placement.context import ContextKeeper
+from kalena.core.placement.evaluate import Evaluation, evaluate
 from kalena.core.placement.filters import DEFAULT_FILTERS, Filter, NodeCheck
 from kalena.core.placement.nodeindex import NodeIndex
 from kalena.core.placement.scheduler import (
@@ -33,6 +35,7 @@ __all__ = [
     "DEFAULT_SCORES",
     "BindingDimension",
     "ContextKeeper",
+    "Evaluation",
     "Filter",
     "NodeCheck",
     "NodeIndex",
@@ -52,6 +55,7 @@ __all__ = [
     "candidate_sort_key",
     "colocation",
     "domain_counts",
+    "evaluate",
     "image_masks",
     "pending_sort_key",
     "reservation_volatility",
