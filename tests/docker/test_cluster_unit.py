@@ -207,12 +207,13 @@ def test_the_runs_of_a_lost_host_come_back_at_a_bounded_rate(tmp_path):
 
 
 def test_a_host_whose_batch_no_longer_fits_its_ledger_takes_nothing_new(tmp_path):
-    """Production grew under the batch a host reports (the core's observed ledger cannot hold both):
+    """Production grew under the batch a host reports (the core's observed ledger cannot hold both:
+    production reserved at 0.5 GiB and the batch's 1.6 on a 2 GiB host):
     the host keeps what runs there, takes nothing new, and that is said once."""
     clock = Clock()
     db = Store(tmp_path / "cluster.db")
     full = {**status(2.0), "batch": [{"job": "old", "workload": "batch/old.1", "priority": 0,
-                                      "requests": {"cpu": 0.5, "ram": 1.5}}]}  # fmt: skip
+                                      "requests": {"cpu": 0.5, "ram": 1.6}}]}  # fmt: skip
     report_into(db, "full", {"status": full, "images": ["app:1"], "jobs": {}}, clock.t)
     report_into(db, "roomy", {"status": status(8.0), "images": [], "jobs": {}}, clock.t)
     db.submit([("n", spec("n"))], clock.t)
