@@ -21,13 +21,12 @@ name in use or a job that ended is a 409; an unknown job a 404. Nothing is chang
 request. Each request opens its own connection to the store (uvicorn runs handlers in threads).
 """
 
-import hmac
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -35,6 +34,7 @@ from kalena import __version__
 from kalena.agent.runtime import Submission
 from kalena.api import queue
 from kalena.api.metrics import render_metrics
+from kalena.api.serve import bearer_check
 from kalena.docker.cluster import report_into
 from kalena.ir.errors import ProblemLog
 from kalena.ir.yamlio import parse_json
@@ -57,17 +57,6 @@ def _open(path: Path) -> Store:
 def make_app(store_path: Path, token: str | None = None, check_images: ImageCheck | None = None) -> FastAPI:
     app = FastAPI(title="Kalena", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
 
-    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
-        if token is None:
-            return
-        given = (authorization or "").removeprefix("Bearer ").strip()
-        if (
-            not authorization
-            or not authorization.startswith("Bearer ")
-            or not hmac.compare_digest(given, token)
-        ):
-            raise HTTPException(401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
-
     def store() -> Iterator[Store]:
         db = _open(store_path)
         try:
@@ -75,7 +64,7 @@ def make_app(store_path: Path, token: str | None = None, check_images: ImageChec
         finally:
             db.close()
 
-    Auth = Depends(authorised)
+    Auth = Depends(bearer_check(token))
     Db = Annotated[Store, Depends(store)]
 
     @app.get("/healthz")

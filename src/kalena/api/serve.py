@@ -1,16 +1,20 @@
 """Serving the HTTP API with uvicorn: loopback or a Unix socket by default, a wider bind only with a
-token, TLS when given a certificate."""
+token (or a CA whose client certificates it requires), TLS when given a certificate."""
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import socket
+import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Header, HTTPException
 
 DEFAULT_LISTEN = "127.0.0.1:8470"
 
@@ -55,20 +59,45 @@ def is_loopback(host: str) -> bool:
             return False
 
 
-def check_bind(listen: Listen, token: str | None) -> None:
-    """A non-loopback TCP address needs a token: whoever reaches the API reaches the Docker socket."""
-    if listen.socket is None and not is_loopback(listen.host or "") and not token:
-        raise BindRefused(
-            f"--listen: {listen.describe()} is not loopback; give --token-file"
-            " (and --api-tls-cert/--api-tls-key)"
-        )
+def check_bind(
+    listen: Listen, token: str | None, *, client_ca: bool = False, tls: str = "--api-tls-cert/--api-tls-key"
+) -> None:
+    """A non-loopback TCP address needs a token: whoever reaches the API reaches the Docker socket.
+    A server that requires client certificates (``client_ca``) authenticates its callers itself.
+    ``tls`` names the command's TLS options in the refusal."""
+    if listen.socket is None and not is_loopback(listen.host or "") and not token and not client_ca:
+        raise BindRefused(f"--listen: {listen.describe()} is not loopback; give --token-file (and {tls})")
+
+
+def bearer_check(token: str | None) -> Callable[..., None]:
+    """A FastAPI dependency: with a token, a request needs ``Authorization: Bearer TOKEN``
+    (compared in constant time), else 401; without one, every request passes."""
+
+    def authorised(authorization: Annotated[str | None, Header()] = None) -> None:
+        if token is None:
+            return
+        given = (authorization or "").removeprefix("Bearer ").strip()
+        if (
+            not authorization
+            or not authorization.startswith("Bearer ")
+            or not hmac.compare_digest(given, token)
+        ):
+            raise HTTPException(401, "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+
+    return authorised
 
 
 class ApiServer:
-    """uvicorn in a thread (the agent's loop keeps the main thread)."""
+    """uvicorn in a thread (the agent's loop keeps the main thread). With ``client_ca`` (and TLS),
+    every connection must present a client certificate that CA signed."""
 
     def __init__(
-        self, app: FastAPI, listen: Listen, tls_cert: Path | None = None, tls_key: Path | None = None
+        self,
+        app: FastAPI,
+        listen: Listen,
+        tls_cert: Path | None = None,
+        tls_key: Path | None = None,
+        client_ca: Path | None = None,
     ) -> None:
         kw: dict[str, object] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
         self.socket = listen.socket
@@ -78,6 +107,8 @@ class ApiServer:
             kw["host"], kw["port"] = listen.host, listen.port
         if tls_cert is not None:
             kw["ssl_certfile"], kw["ssl_keyfile"] = str(tls_cert), str(tls_key) if tls_key else None
+            if client_ca is not None:
+                kw["ssl_ca_certs"], kw["ssl_cert_reqs"] = str(client_ca), ssl.CERT_REQUIRED
         self.server = uvicorn.Server(uvicorn.Config(app, **kw))  # type: ignore[arg-type]
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the agent's
         self.thread = threading.Thread(target=self.server.run, name="kalena-api", daemon=True)
