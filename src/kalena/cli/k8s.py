@@ -8,7 +8,10 @@ Exit codes: 0 stopped, 2 bad input, 3 the harness is not built, 4 a component fa
 leader's lease was lost (``--leader-elect``: another replica leads; the Deployment restarts it).
 
 ``kalena k8s render``: Kalena's objects for a cluster (:mod:`kalena.k8s.render`). Exit codes: 0,
-2 bad input."""
+2 bad input.
+
+``kalena k8s extender``: Kalena's scheduler extender for kube-scheduler (:mod:`kalena.k8s.extender`).
+Exit codes: 0 stopped, 2 bad input, 3 the apiserver does not answer or the address cannot be served."""
 
 from __future__ import annotations
 
@@ -144,25 +147,13 @@ def scheduler(
     ] = 0.0,
 ) -> None:
     """Kalena's secondary scheduler: place pods with schedulerName kalena into the slack."""
-    from kubernetes import client as kclient
-    from kubernetes import config as kconfig
-    from kubernetes.config.config_exception import ConfigException
-
     from kalena.k8s.scheduler import Scheduler
 
     if not every > 0:
         raise agent_cli.fail_with(
             [f"--every: must be more than 0 (value: {every})"], agent_cli.EXIT_BAD_INPUT
         )
-    try:
-        if kubeconfig is not None:
-            kconfig.load_kube_config(str(kubeconfig))
-        else:
-            kconfig.load_incluster_config()
-    except (ConfigException, OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as e:
-        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config"
-        raise agent_cli.fail_with([f"{where}: cannot be used: {e}"], agent_cli.EXIT_BAD_INPUT) from None
-    core = kclient.CoreV1Api()
+    core = _core_api(kubeconfig)
     sched = Scheduler(
         core, name=name, node_selector=node_selector, infer_batch=infer_batch,
         log=lambda line: typer.echo(f"kalena k8s scheduler: {line}", err=True),
@@ -176,15 +167,7 @@ def scheduler(
     typer.echo(
         f"kalena k8s scheduler: {len(sched.nodes)} nodes, {len(sched.pods)} pods; placing {name}'s pods"
     )
-    should_stop = agent_cli.stop_on_signals(duration)
-    stop = threading.Event()
-
-    def until_stopped() -> None:  # signals and --duration, as every long-running command
-        while not should_stop():
-            time.sleep(0.2)
-        stop.set()
-
-    threading.Thread(target=until_stopped, daemon=True).start()
+    stop = _stop_event(duration)
     if not leader_elect:
         sched.run(stop, every)
         return
@@ -251,3 +234,138 @@ def render_cmd(
     if problems:
         raise agent_cli.fail_with(problems, agent_cli.EXIT_BAD_INPUT)
     typer.echo(render(namespace, image), nl=False)
+
+
+def _core_api(kubeconfig: Path | None) -> Any:
+    """The API's client from ``kubeconfig`` (else the in-cluster config); exit 2 if unusable."""
+    from kubernetes import client as kclient
+    from kubernetes import config as kconfig
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        if kubeconfig is not None:
+            kconfig.load_kube_config(str(kubeconfig))
+        else:
+            kconfig.load_incluster_config()
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as e:
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config"
+        raise agent_cli.fail_with([f"{where}: cannot be used: {e}"], agent_cli.EXIT_BAD_INPUT) from None
+    return kclient.CoreV1Api()
+
+
+def _stop_event(duration: float) -> threading.Event:
+    """Set by SIGINT, SIGTERM or ``--duration``, as for every long-running command."""
+    should_stop = agent_cli.stop_on_signals(duration)
+    stop = threading.Event()
+
+    def until_stopped() -> None:
+        while not should_stop():
+            time.sleep(0.2)
+        stop.set()
+
+    threading.Thread(target=until_stopped, daemon=True).start()
+    return stop
+
+
+EXTENDER_LISTEN = "127.0.0.1:8471"
+
+
+@app.command("extender")
+def extender_cmd(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", envvar="KUBECONFIG", help="The cluster (default: in-cluster config)."),
+    ] = None,
+    listen: Annotated[
+        str, typer.Option("--listen", help="HOST:PORT to serve kube-scheduler on (loopback by default).")
+    ] = EXTENDER_LISTEN,
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="A bearer token every call must carry.")
+    ] = None,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="Serve HTTPS: the certificate.")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="Serve HTTPS: its key.")] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option("--tls-client-ca", help="Require client certificates of this CA (kube-scheduler's)."),
+    ] = None,
+    node_selector: Annotated[
+        str | None, typer.Option("--node-selector", help="Kalena's nodes: these labels (key=value,...).")
+    ] = None,
+    name: Annotated[
+        str, typer.Option("--name", help="The schedulerName whose pods are Kalena's (batch, bound or not).")
+    ] = "kalena",
+    infer_batch: Annotated[
+        bool, typer.Option("--infer-batch", metavar="", help="Job and CronJob pods default to batch.")
+    ] = False,
+    blueprint: Annotated[
+        Path | None,
+        typer.Option("--blueprint", help="A Kuberina IR v1 Blueprint: production is steered to its nodes."),
+    ] = None,
+    duration: Annotated[
+        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
+    ] = 0.0,
+) -> None:
+    """Kalena's scheduler extender: kube-scheduler's filter and prioritize calls, answered by the core
+    (batch against the reservation ledger, production toward the blueprint).
+
+    Exit codes: 0 stopped, 2 bad input, 3 the apiserver does not answer or the address cannot be
+    served."""
+    from kalena.api.serve import ApiServer, BindRefused, check_bind, parse_listen
+    from kalena.ir import IRError
+    from kalena.k8s.cache import ClusterCache
+    from kalena.k8s.extender import BlueprintPreference, Extender, make_app
+
+    bad = agent_cli.EXIT_BAD_INPUT
+    token = agent_cli.read_token(token_file, "--token-file") if token_file is not None else None
+    if (tls_cert is None) != (tls_key is None):
+        raise agent_cli.fail_with(["--tls-cert and --tls-key: give both or neither"], bad)
+    if tls_client_ca is not None and tls_cert is None:
+        raise agent_cli.fail_with(["--tls-client-ca: only with --tls-cert/--tls-key (HTTPS)"], bad)
+    for f, opt in ((tls_cert, "--tls-cert"), (tls_key, "--tls-key"), (tls_client_ca, "--tls-client-ca")):
+        if f is not None and not f.is_file():
+            raise agent_cli.fail_with([f"{opt}: no such file (value: {str(f)!r})"], bad)
+    try:
+        where = parse_listen(listen)
+        if where.socket is not None:
+            raise BindRefused(
+                f"--listen: kube-scheduler calls HOST:PORT, not a Unix socket (value: {listen!r})"
+            )
+        check_bind(where, token, client_ca=tls_client_ca is not None, tls="--tls-cert/--tls-key")
+    except BindRefused as e:
+        raise agent_cli.fail_with([str(e)], bad) from None
+    preference = None
+    if blueprint is not None:
+        try:
+            preference = BlueprintPreference.read(blueprint)
+        except IRError as e:
+            raise agent_cli.fail_with([p.render() for p in e.problems], bad) from None
+    core = _core_api(kubeconfig)
+    cache = ClusterCache(
+        core, name=name, node_selector=node_selector, infer_batch=infer_batch,
+        log=lambda line: typer.echo(f"kalena k8s extender: {line}", err=True),
+    )  # fmt: skip
+    try:
+        cache.sync()
+    except Exception as e:  # the apiserver does not answer, or refuses us
+        raise agent_cli.fail_with([f"kalena k8s extender: the apiserver: {e}"], agent_cli.EXIT_HOST) from None
+    server = ApiServer(
+        make_app(Extender(cache, blueprint=preference), token), where, tls_cert, tls_key, tls_client_ca
+    )
+    try:
+        server.start()
+    except OSError as e:
+        raise agent_cli.fail_with([f"--listen: {where.describe()}: {e}"], agent_cli.EXIT_HOST) from None
+    stop = _stop_event(duration)
+    cache.watch_all(stop)
+    scheme = "https" if tls_cert else "http"
+    auth = [w for w, on in (("client certificates", tls_client_ca), ("a token", token)) if on]
+    typer.echo(
+        f"kalena k8s extender: {len(cache.nodes)} nodes, {len(cache.pods)} pods; serving "
+        f"{scheme}://{where.describe()} (filter, prioritize)"
+        + (f", requiring {' and '.join(auth)}" if auth else "")
+        + (f"; blueprint {blueprint}" if blueprint else "")
+    )
+    try:
+        stop.wait()
+    finally:
+        server.stop()  # the watches are daemon threads: each ends with its stream

@@ -9,6 +9,11 @@ A pod's classification is the SPEC's (:func:`kalena.core.classify.classify`): th
 ``kalena.naughtian.io/tier`` and the annotations; a malformed value is reported and the pod is
 production with the defaults (never evictable by mistake).
 
+A pod's declaration (:func:`declaration_of`: the Kuberina workload it is a replica of) follows
+the manifests reader's rule for a bound pod's type: the annotation ``kalena.naughtian.io/pod-type``,
+else its controller (a ReplicaSet ``<deployment>-<pod-template-hash>`` stands for its
+Deployment), else the pod itself without an IR unrolling suffix (``api-0`` is of ``api``).
+
 What the core's placement cannot evaluate yet (required node affinity, pod affinity or
 anti-affinity terms) is returned as ``unsupported``: the secondary scheduler leaves such a pod
 pending and says why, rather than place it where its constraints might not hold.
@@ -16,6 +21,7 @@ pending and says why, rather than place it where its constraints might not hold.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +31,7 @@ from kalena.core.model import NodeSpec, Taint, Tier, Toleration, WorkloadSpec
 from kalena.core.resources import Resources
 from kalena.ir.errors import ProblemLog
 from kalena.manifests import fields as f
+from kalena.manifests.load import POD_TYPE_ANNOTATION
 from kalena.manifests.podspec import pod_spec
 
 GIB = float(2**30)
@@ -150,3 +157,24 @@ def pod_view(pod: Mapping[str, Any], *, infer_batch: bool = False) -> PodView:
         tuple(problems),
         tuple(unsupported) if c.tier is Tier.BATCH else (),
     )
+
+
+_UNROLLED = re.compile(r"-\d+$")  # IR v1 §3.1: name-0 for one replica, name-0000... for more
+
+
+def declaration_of(pod: Mapping[str, Any]) -> str:
+    """``namespace/name`` of the declaration ``pod`` is a replica of (module docstring)."""
+    meta = pod.get("metadata") or {}
+    ns = str(meta.get("namespace") or "default")
+    named = str((meta.get("annotations") or {}).get(POD_TYPE_ANNOTATION) or "")
+    if named:
+        return named if "/" in named else f"{ns}/{named}"
+    owners = meta.get("ownerReferences") or []
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+    if owner and owner.get("name"):
+        name = str(owner["name"])
+        suffix = "-" + str((meta.get("labels") or {}).get("pod-template-hash") or "")
+        if owner.get("kind") == "ReplicaSet" and len(suffix) > 1 and name.endswith(suffix):
+            name = name[: -len(suffix)]
+        return f"{ns}/{name}"
+    return f"{ns}/{_UNROLLED.sub('', str(meta.get('name') or ''))}"
