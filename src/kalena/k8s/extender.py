@@ -119,8 +119,18 @@ def parse_args(data: Any) -> ExtenderArgs:
     meta = pod.get("metadata")
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta.get("name"):
         raise WireError("Pod.metadata.name: must be a non-empty string")
-    if not isinstance(pod.get("spec") or {}, Mapping):
-        raise WireError("Pod.spec: must be an object")
+    for key in ("labels", "annotations"):
+        value = meta.get(key)
+        if value is not None and not (
+            isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values())
+        ):
+            raise WireError(f"Pod.metadata.{key}: must be an object of strings")
+    owners = meta.get("ownerReferences")
+    if owners is not None and not (isinstance(owners, list) and all(isinstance(o, Mapping) for o in owners)):
+        raise WireError("Pod.metadata.ownerReferences: must be a list of objects")
+    for key in ("spec", "status"):
+        if pod.get(key) is not None and not isinstance(pod.get(key), Mapping):
+            raise WireError(f"Pod.{key}: must be an object")
     names_raw, nodes_raw = data.get("NodeNames"), data.get("Nodes")
     if names_raw is None and nodes_raw is None:
         raise WireError("NodeNames or Nodes: one is needed (NodeNames with nodeCacheCapable)")

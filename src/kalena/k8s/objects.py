@@ -130,7 +130,7 @@ def pod_view(pod: Mapping[str, Any], *, infer_batch: bool = False) -> PodView:
         labels=labels,
         node_selector=dict(parts.node_selector),
         tolerations=tolerations,
-        image=str(((raw_spec.get("containers") or [{}])[0] or {}).get("image") or ""),
+        image=_first_image(raw_spec),
         owner=f"{ns}/{owner_kind}/{owner.get('name')}" if owner else wid,
         slack_cpu=c.slack_cpu,
         slack_memory=c.slack_memory,
@@ -157,6 +157,13 @@ def pod_view(pod: Mapping[str, Any], *, infer_batch: bool = False) -> PodView:
         tuple(problems),
         tuple(unsupported) if c.tier is Tier.BATCH else (),
     )
+
+
+def _first_image(spec: Mapping[str, Any]) -> str:
+    """The first container's image; "" when the spec does not say (an extender reads any body)."""
+    containers = spec.get("containers")
+    first = containers[0] if isinstance(containers, list) and containers else None
+    return str(first.get("image") or "") if isinstance(first, Mapping) else ""
 
 
 _UNROLLED = re.compile(r"-\d+$")  # IR v1 §3.1: name-0 for one replica, name-0000... for more
