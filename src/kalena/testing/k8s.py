@@ -463,7 +463,8 @@ class ControlPlane:
     ``scheduler_ready``).
 
     ``scheduler_config``: top-level keys merged into kube-scheduler's KubeSchedulerConfiguration
-    (``profiles``, ``extenders``, ...). ``apiserver_args``: more kube-apiserver flags (a later one
+    (``profiles``, ``extenders``, ...); :meth:`restart_scheduler` starts kube-scheduler again with
+    other keys (or these). ``apiserver_args``: more kube-apiserver flags (a later one
     overrides an earlier). ``node_heartbeat_s``: how often kwok renews each Ready node's
     heartbeat (nothing here reads it without a controller-manager; raise it for thousands of
     nodes)."""
@@ -502,6 +503,7 @@ class ControlPlane:
         self._client: kclient.ApiClient | None = None
         self._minted = 0
         self._node_count = 0
+        self._scheduler_files: tuple[Path, tuple[Path, Path], int] = (Path(), (Path(), Path()), 0)
 
     # -- life cycle
 
@@ -678,22 +680,8 @@ class ControlPlane:
         })  # fmt: skip
         self.ensure_namespace("default")
 
-        config = {
-            "apiVersion": "kubescheduler.config.k8s.io/v1",
-            "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(sched_kubeconfig)},
-            "leaderElection": {"leaderElect": False},
-            **self.scheduler_config,
-        }
-        sched_config = self.work_dir / "kube-scheduler.yaml"
-        sched_config.write_text(yaml.safe_dump(config, sort_keys=False))
-        self._spawn("kube-scheduler", [
-            "--config", str(sched_config),
-            "--bind-address", self.host, "--secure-port", str(sched_port),
-            "--tls-cert-file", str(serving[0]), "--tls-private-key-file", str(serving[1]),
-            "--authentication-kubeconfig", str(sched_kubeconfig),
-            "--authorization-kubeconfig", str(sched_kubeconfig),
-        ])  # fmt: skip
+        self._scheduler_files = (sched_kubeconfig, serving, sched_port)
+        self._spawn_scheduler(self.scheduler_config)
         stages = self.work_dir / "kwok-stages.yaml"
         stages.write_text(yaml.safe_dump_all(kwok_stages(self.node_heartbeat_s), sort_keys=False))
         # HOME: kwok would also read ~/.kwok/kwok.yaml, which is no business of a test
@@ -705,6 +693,41 @@ class ControlPlane:
         sched_ssl = ssl.create_default_context(cafile=str(pki.ca))
         self._wait_ready("scheduler", f"{self.scheduler_url}/readyz", sched_ssl,
                          ("etcd", "kube-apiserver", "kube-scheduler", "kwok"), t0)  # fmt: skip
+
+    def _spawn_scheduler(self, extra: Mapping[str, Any]) -> None:
+        """kube-scheduler with ``extra`` merged into its KubeSchedulerConfiguration."""
+        sched_kubeconfig, serving, sched_port = self._scheduler_files
+        config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(sched_kubeconfig)},
+            "leaderElection": {"leaderElect": False},
+            **extra,
+        }
+        sched_config = self.work_dir / "kube-scheduler.yaml"
+        sched_config.write_text(yaml.safe_dump(config, sort_keys=False))
+        self._spawn("kube-scheduler", [
+            "--config", str(sched_config),
+            "--bind-address", self.host, "--secure-port", str(sched_port),
+            "--tls-cert-file", str(serving[0]), "--tls-private-key-file", str(serving[1]),
+            "--authentication-kubeconfig", str(sched_kubeconfig),
+            "--authorization-kubeconfig", str(sched_kubeconfig),
+        ])  # fmt: skip
+
+    def restart_scheduler(self, scheduler_config: Mapping[str, Any] | None = None) -> float:
+        """Stop kube-scheduler and start it again with ``scheduler_config`` (top-level keys merged
+        into its KubeSchedulerConfiguration, as the constructor's; ``None``: the constructor's),
+        on the same port; returns the seconds until it was ready again. The rest of the control
+        plane keeps running (a test reconfigures the shared one and puts it back)."""
+        if "kube-scheduler" not in self.processes or self.pki is None:
+            raise ControlPlaneError("the control plane is not started")
+        self.processes.pop("kube-scheduler").stop(self.stop_grace)
+        t0 = time.monotonic()
+        self._spawn_scheduler(self.scheduler_config if scheduler_config is None else scheduler_config)
+        sched_ssl = ssl.create_default_context(cafile=str(self.ca))
+        self._wait_ready("scheduler_restart", f"{self.scheduler_url}/readyz", sched_ssl,
+                         ("kube-apiserver", "kube-scheduler"), t0)  # fmt: skip
+        return self.timings["scheduler_restart_ready"]
 
     # -- clients and users
 
