@@ -9,9 +9,10 @@ the tables until the next one.
 The view (:meth:`ClusterCache.view`): the Ready, schedulable nodes (narrowed by a label selector
 to Kalena's), every bound pod that has not finished (pods of Kalena's ``schedulerName`` as
 batch, bound or not: that is the opt-in), the pending pods of that name, and the images each
-node holds. The ledger (:meth:`ClusterCache.ledger`) is the core's ``observed_ledger`` over it
-with the fresh reports' reservations. A node, pod or report left out is said once through
-``log``, and again when the reason changes.
+node holds. Each object is read once: every event brings a new object, so what was read of an
+object still in the tables holds. The ledger (:meth:`ClusterCache.ledger`) is the core's
+``observed_ledger`` over the view with the fresh reports' reservations. A node, pod or report
+left out is said once through ``log``, and again when the reason changes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as kclient
@@ -36,6 +38,16 @@ from kalena.k8s.reports import GROUP, PLURAL, STALE_AFTER_S, VERSION, reservatio
 
 SCHEDULER_NAME = "kalena"
 WATCHED = ("nodes", "pods", "reports")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _NodeSeen:
+    raw: Mapping[str, Any]
+    spec: NodeSpec
+    problems: list[str]
+    ready: bool
+    images: list[str]
+
 
 View = tuple[list[NodeSpec], list[tuple[WorkloadSpec, str]], list[PodView], dict[str, list[str]]]
 
@@ -65,6 +77,10 @@ class ClusterCache:
         self.versions: dict[str, str] = {}  # "nodes" / "pods" -> the list's resourceVersion
         self.problems: dict[str, str] = {}  # node or pod -> the problem last said of it
         self.generation = 0  # bumped by every list and watch event
+        # what view() read of each object, by the object itself: a table's objects are replaced,
+        # never changed, on every event, so the same object reads the same (id() with an `is` check)
+        self._node_memo: dict[int, _NodeSeen] = {}
+        self._pod_memo: dict[int, tuple[dict[str, Any], PodView]] = {}
         self.changed = threading.Event()
         self.lock = threading.Lock()
 
@@ -165,20 +181,28 @@ class ClusterCache:
             pods_raw = list(self.pods.values())
         nodes: list[NodeSpec] = []
         images: dict[str, list[str]] = {}
+        node_memo: dict[int, _NodeSeen] = {}
         for raw in nodes_raw:
-            spec, problems = node_spec(raw)
-            self._say_problems(spec.name, problems)
-            if node_ready(raw) and not problems:
-                nodes.append(spec)
+            seen = self._node_memo.get(id(raw))
+            if seen is None or seen.raw is not raw:
+                spec, problems = node_spec(raw)
                 imgs = [
                     n for i in (raw.get("status") or {}).get("images") or [] for n in i.get("names") or []
                 ]
-                images[spec.name] = imgs
+                seen = _NodeSeen(raw, spec, problems, node_ready(raw), imgs)
+            node_memo[id(raw)] = seen
+            self._say_problems(seen.spec.name, seen.problems)
+            if seen.ready and not seen.problems:
+                nodes.append(seen.spec)
+                images[seen.spec.name] = seen.images
         names = {n.name for n in nodes}
         residents: list[tuple[WorkloadSpec, str]] = []
         pending: list[PodView] = []
+        pod_memo: dict[int, tuple[dict[str, Any], PodView]] = {}
         for raw in pods_raw:
-            v = pod_view(raw, infer_batch=self.infer_batch)
+            got = self._pod_memo.get(id(raw))
+            v = got[1] if got is not None and got[0] is raw else pod_view(raw, infer_batch=self.infer_batch)
+            pod_memo[id(raw)] = (raw, v)
             if v.finished:
                 continue
             if v.scheduler == self.name and v.spec.tier is not Tier.BATCH:  # Kalena's: batch, bound or not
@@ -188,6 +212,7 @@ class ClusterCache:
                     residents.append((v.spec, v.node))
             elif v.scheduler == self.name and not (raw.get("metadata") or {}).get("deletionTimestamp"):
                 pending.append(v)
+        self._node_memo, self._pod_memo = node_memo, pod_memo  # only what the tables still hold
         return sorted(nodes, key=lambda n: n.name), residents, pending, images
 
     def _say_problems(self, who: str, problems: list[str]) -> None:
