@@ -21,6 +21,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,9 @@ from kalena.core.resources import Resources
 from kalena.ir import IRError, parse_document
 from kalena.ir.document import BlueprintDoc
 from kalena.k8s.cache import ClusterCache
-from kalena.k8s.extender import BlueprintPreference, Extender, WireError, make_app, parse_args
+from kalena.k8s.extender import MAX_AGE_S, BlueprintPreference, Extender, WireError, make_app, parse_args
 from kalena.k8s.objects import declaration_of
-from kalena.k8s.reports import GROUP, PLURAL, VERSION, report_object
+from kalena.k8s.reports import GROUP, PLURAL, STALE_AFTER_S, VERSION, report_object
 from kalena.testing.k8s import ControlPlane, NodeSpec, free_ports
 
 TOKEN = "extender-token-0123456789"
@@ -182,6 +183,38 @@ def test_the_ledger_follows_the_cache_and_a_report():
     cache.apply_event("pods", "ADDED", pod("other", "3", node="b", batch=True))
     got = ext.filter(args)
     assert got["NodeNames"] == [] and set(got["FailedNodes"]) == {"a", "b"}
+
+
+def test_a_report_that_goes_stale_stops_releasing_slack_without_any_event():
+    now = {"t": 1000.0}
+    cache = ClusterCache(kclient.CoreV1Api(kclient.ApiClient()), clock=lambda: now["t"])
+    for n in (ready_node("a", "4"), ready_node("b", "4")):
+        cache.apply_event("nodes", "ADDED", n)
+    cache.apply_event("pods", "ADDED", pod("web", "3", node="a"))
+    entry = ReservationEntry("ns/web", Resources.from_mapping({"cpu": 1.0, "ram": 0.0625}))
+    cache.apply_event("reports", "ADDED", report_object(ReservationReport("a", 1, now["t"], (entry,))))
+    ext = Extender(cache, clock=lambda: now["t"])
+    args = parse_args({"Pod": pod("job", "2", batch=True), "NodeNames": ["a", "b"]})
+    assert ext.filter(args)["NodeNames"] == ["a", "b"]  # web reserved at 1 of its 3: a has room
+    now["t"] += STALE_AFTER_S + MAX_AGE_S  # no event: the report is stale, the view old
+    got = ext.filter(args)
+    assert got["NodeNames"] == ["b"] and got["FailedNodes"] == {"a": "Kalena: Insufficient cpu"}, got
+
+
+def test_with_its_thread_a_call_is_answered_from_the_last_view_built():
+    cache = fed_cache([ready_node("a", "4")], [])
+    ext = Extender(cache, refresh_s=0.05)
+    stop = threading.Event()
+    thread = ext.run(stop)
+    try:
+        args = parse_args({"Pod": pod("job", "2", batch=True), "NodeNames": ["a"]})
+        assert ext.filter(args)["NodeNames"] == ["a"]
+        cache.apply_event("pods", "ADDED", pod("web", "3", node="a"))
+        assert until(lambda: ext.filter(args)["NodeNames"] == [], 30)  # rebuilt beside the calls
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
 
 
 def test_node_objects_sent_come_back_for_those_that_pass():

@@ -348,15 +348,15 @@ def extender_cmd(
         cache.sync()
     except Exception as e:  # the apiserver does not answer, or refuses us
         raise agent_cli.fail_with([f"kalena k8s extender: the apiserver: {e}"], agent_cli.EXIT_HOST) from None
-    server = ApiServer(
-        make_app(Extender(cache, blueprint=preference), token), where, tls_cert, tls_key, tls_client_ca
-    )
+    extender = Extender(cache, blueprint=preference)
+    server = ApiServer(make_app(extender, token), where, tls_cert, tls_key, tls_client_ca)
     try:
         server.start()
     except OSError as e:
         raise agent_cli.fail_with([f"--listen: {where.describe()}: {e}"], agent_cli.EXIT_HOST) from None
     stop = _stop_event(duration)
     cache.watch_all(stop)
+    extender.run(stop)  # the view rebuilt beside the calls, never in one
     scheme = "https" if tls_cert else "http"
     auth = [w for w, on in (("client certificates", tls_client_ca), ("a token", token)) if on]
     typer.echo(

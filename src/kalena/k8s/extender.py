@@ -40,10 +40,14 @@ is wrong; the extender never answers with a traceback. Authentication: an option
 KubeSchedulerConfiguration marks the extender ``ignorable``, so a dead extender never blocks
 scheduling (``docs/kubernetes.md``).
 
-The view is rebuilt only when the cache has changed (its ``generation``), and at most every
-``refresh_s`` seconds: under churn every bind is a change, and kube-scheduler waits for each
-answer, so a view up to ``refresh_s`` old (the watch's own delay is of the same order) is the
-price of answering in milliseconds rather than rebuilding the ledger for every pod.
+The derived view (the ledger, the image context, what runs where) is rebuilt when the cache has
+changed (its ``generation``). kube-scheduler waits for each answer, and under churn every bind is
+a change, so with :meth:`Extender.run` (the command) a thread rebuilds it, at most every
+``refresh_s``, and calls are answered from the last one built: they never wait for a rebuild
+(0.3 s at 5,000 nodes and 10,000 pods: the core's ledger), and the view is that much older than
+the cache, about the watch's own delay. Without it (a caller that drives the extender itself),
+a call rebuilds a view older than ``refresh_s`` whose cache has changed. A view is rebuilt at
+least every ``MAX_AGE_S`` (10 s) even without a change: reports go stale with time alone.
 """
 
 from __future__ import annotations
@@ -91,6 +95,9 @@ RESOLVABLE = frozenset(
         ReasonCode.SPREAD_SKEW,
     }
 )
+#: A view is rebuilt at least this often, changed or not: a report goes stale with time alone
+#: (``kalena.k8s.reports.STALE_AFTER_S``), and a stale one must stop releasing slack.
+MAX_AGE_S = 10.0
 #: A pod id's unrolling suffix (IR v1 §3.1: ``name-0`` for one replica, ``name-0000``... for more).
 UNROLLED = re.compile(r"-\d+$")
 
@@ -220,17 +227,40 @@ class Extender:
         self.refresh_s, self.clock = refresh_s, clock
         self._snap: _Snapshot | None = None
         self._lock = threading.Lock()
+        self._background = False
 
     # -- the view -------------------------------------------------------------------------------
     def snapshot(self) -> _Snapshot:
-        """The derived view, rebuilt when the cache changed and ``refresh_s`` has passed."""
+        """The derived view: the last one built by :meth:`run`'s thread, else rebuilt here when
+        the cache changed and ``refresh_s`` has passed."""
         with self._lock:
             snap, now = self._snap, self.clock()
             gen = self.cache.generation
-            if snap is not None and (snap.generation == gen or now - snap.taken_at < self.refresh_s):
+            fresh = snap is not None and now - snap.taken_at < MAX_AGE_S
+            if fresh and (self._background or snap.generation == gen or now - snap.taken_at < self.refresh_s):
                 return snap
             snap = self._snap = self._build(gen, now)
             return snap
+
+    def run(self, stop: threading.Event) -> threading.Thread:
+        """A started thread keeping the view fresh until ``stop`` (module docstring)."""
+        self.snapshot()  # the first view before the first call
+
+        def refresh() -> None:
+            while not stop.is_set():
+                self.cache.changed.wait(1.0)
+                self.cache.changed.clear()
+                gen, snap = self.cache.generation, self._snap
+                if snap is None or snap.generation != gen or self.clock() - snap.taken_at > MAX_AGE_S / 2:
+                    fresh = self._build(gen, self.clock())
+                    with self._lock:
+                        self._snap = fresh
+                stop.wait(self.refresh_s)  # a burst of events is one rebuild
+
+        self._background = True
+        thread = threading.Thread(target=refresh, name="kalena-extender-view", daemon=True)
+        thread.start()
+        return thread
 
     def _build(self, generation: int, now: float) -> _Snapshot:
         cache = self.cache
