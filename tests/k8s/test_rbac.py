@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 import yaml
+from k8s_testlib import until
 from kubernetes import client as kclient
 from kubernetes import utils as kutils
 from kubernetes.client.exceptions import ApiException
@@ -42,6 +43,12 @@ def allowed(cp: ControlPlane, user: str, groups: list[str], verb: str, resource:
               "spec": {"user": user, "groups": groups, "resourceAttributes": attrs}}  # fmt: skip
     got = kclient.AuthorizationV1Api(cp.client).create_subject_access_review(review)
     return bool(got.status.allowed)
+
+
+def batch_pod(name: str, cpu: str) -> dict:
+    container = {"name": "c", "image": "busybox:1", "resources": {"requests": {"cpu": cpu}}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"schedulerName": "kalena", "containers": [container]}}  # fmt: skip
 
 
 @pytest.fixture
@@ -87,11 +94,7 @@ def test_the_scheduler_works_with_exactly_those_rules(installed):
     work = f"work-{tag}"
     cp.ensure_namespace(work)
     for name, cpu in (("fits", "1"), ("too-big", "8")):
-        cp.core.create_namespaced_pod(work, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"schedulerName": "kalena", "containers": [
-                {"name": "c", "image": "busybox:1", "resources": {"requests": {"cpu": cpu}}}]},
-        })  # fmt: skip
+        cp.core.create_namespaced_pod(work, batch_pod(name, cpu))
     kubeconfig = cp.kubeconfig_for(user, groups)
     args = ["k8s", "scheduler", "--kubeconfig", str(kubeconfig), "--node-selector", f"kalena-rbac={tag}",
             "--leader-elect", "--lease-namespace", ns, "--lease-duration", "4"]  # fmt: skip
@@ -160,14 +163,10 @@ def test_a_second_replica_takes_over_when_the_leader_dies(installed, tmp_path):
             return ""
 
     def make(name: str) -> None:
-        cp.core.create_namespaced_pod(work, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"schedulerName": "kalena", "containers": [
-                {"name": "c", "image": "busybox:1", "resources": {"requests": {"cpu": "100m"}}}]},
-        })  # fmt: skip
+        cp.core.create_namespaced_pod(work, batch_pod(name, "100m"))
 
     try:
-        assert _until(lambda: holder().endswith(f"-{procs[0].pid}"), 60), holder()
+        assert until(lambda: holder().endswith(f"-{procs[0].pid}"), 60), holder()
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         make("one")
         cp.wait_for_pods(work, ["one"], running=False, timeout=60)
@@ -175,7 +174,7 @@ def test_a_second_replica_takes_over_when_the_leader_dies(installed, tmp_path):
         assert holder().endswith(f"-{procs[0].pid}")  # the second waits
         os.kill(procs[0].pid, signal.SIGKILL)
         procs[0].wait(10)
-        assert _until(lambda: holder().endswith(f"-{procs[1].pid}"), 60), holder()
+        assert until(lambda: holder().endswith(f"-{procs[1].pid}"), 60), holder()
         make("two")
         cp.wait_for_pods(work, ["two"], running=False, timeout=60)
     finally:
@@ -185,12 +184,3 @@ def test_a_second_replica_takes_over_when_the_leader_dies(installed, tmp_path):
                 p.wait(30)
         cp.core.delete_namespace(work)
         cp.core.delete_node(node)
-
-
-def _until(check, bound_s: float) -> bool:
-    end = time.monotonic() + bound_s
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.25)
-    return check()

@@ -11,14 +11,12 @@ import time
 import uuid
 
 import pytest
+from k8s_testlib import install_crd, publish, until
 from kubernetes import client as kclient
-from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
 from kalena.cli.main import app
-from kalena.core.messages import ReservationEntry, ReservationReport
-from kalena.core.resources import Resources
-from kalena.k8s.reports import CRD, GROUP, PLURAL, VERSION, report_object
+from kalena.k8s.reports import GROUP, PLURAL, VERSION
 from kalena.k8s.scheduler import Scheduler
 from kalena.testing.k8s import ControlPlane, NodeSpec
 
@@ -46,15 +44,6 @@ def bind(cp: ControlPlane, ns: str, name: str, node: str) -> None:
 def events(cp: ControlPlane, ns: str, name: str) -> list[tuple[str, str]]:
     got = cp.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
     return [(e.reason, e.message) for e in got]
-
-
-def until(check, bound_s: float = 60.0) -> bool:
-    end = time.monotonic() + bound_s
-    while time.monotonic() < end:
-        if check():
-            return True
-        time.sleep(0.2)
-    return check()
 
 
 @pytest.fixture
@@ -158,41 +147,6 @@ def test_the_command_binds_and_a_bad_kubeconfig_is_said(cluster, tmp_path):
     assert r.exit_code == 2 and f"--kubeconfig {bad}: cannot be used" in r.stderr, r.output
 
 
-def install_crd(cp: ControlPlane) -> None:
-    ext = kclient.ApiextensionsV1Api(cp.client)
-    try:
-        ext.create_custom_resource_definition(CRD)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-
-    def established() -> bool:
-        got = ext.read_custom_resource_definition(CRD["metadata"]["name"])
-        return any(c.type == "Established" and c.status == "True" for c in got.status.conditions or [])
-
-    assert until(established)
-    custom = kclient.CustomObjectsApi(cp.client)
-    assert until(lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL) is not None)
-
-
-def publish(cp: ControlPlane, node: str, entries: dict[str, float], at: float) -> None:
-    """What a node agent does: its estimator's reservations on its node, as a NodeReservation."""
-    rows = [
-        ReservationEntry(w, Resources.from_mapping({"cpu": c, "ram": 0.0625})) for w, c in entries.items()
-    ]
-    report = ReservationReport(node, 1, at, tuple(rows))
-    custom = kclient.CustomObjectsApi(cp.client)
-    body = report_object(report)
-    try:
-        old = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, node)
-        body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        custom.replace_cluster_custom_object(GROUP, VERSION, PLURAL, node, body)
-    except ApiException as e:
-        if e.status != 404:
-            raise
-        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
-
-
 def test_batch_fits_into_the_reservations_the_agents_report_and_only_fresh_ones(cluster):
     """Borg's slack on Kubernetes: production asked for 3 of a's 4 cpu but its agent reports a
     reservation of 1; batch asking for 2 fits only once the report is in, and a stale or
@@ -206,11 +160,11 @@ def test_batch_fits_into_the_reservations_the_agents_report_and_only_fresh_ones(
     sched = Scheduler(cp.core, node_selector=selector, log=lines.append)
     sched.sync()
     assert sched.pass_once().pending  # requests only: a has 1 cpu left, b 0.5
-    publish(cp, a, {f"{ns}/web": 1.0}, time.time() - 1000)  # a stale report changes nothing
+    publish(cp, a, {f"{ns}/web": 1.0}, at=time.time() - 1000)  # a stale report changes nothing
     sched.sync()
     assert list(sched.pass_once().pending) == [f"{ns}/big"]
     assert any(f"report of {a} left out: stale" in line for line in lines), lines
-    publish(cp, a, {f"{ns}/web": 1.0, f"{ns}/not-here": 0.1}, time.time())
+    publish(cp, a, {f"{ns}/web": 1.0, f"{ns}/not-here": 0.1})
     sched.sync()
     r = sched.pass_once()
     assert r.bound == {f"{ns}/big": a}, r
