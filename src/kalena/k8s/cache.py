@@ -31,10 +31,11 @@ from kubernetes.client.exceptions import ApiException
 
 from kalena.core.ledger import Ledger
 from kalena.core.ledger.observed import observed_ledger
+from kalena.core.messages import MessageError, ReservationReport
 from kalena.core.model import NodeSpec, Tier, WorkloadSpec
 from kalena.core.resources import Resources
 from kalena.k8s.objects import PodView, node_ready, node_spec, pod_view
-from kalena.k8s.reports import GROUP, PLURAL, STALE_AFTER_S, VERSION, reservations_from
+from kalena.k8s.reports import GROUP, PLURAL, STALE_AFTER_S, VERSION, read_report, reservations_from
 
 SCHEDULER_NAME = "kalena"
 WATCHED = ("nodes", "pods", "reports")
@@ -81,6 +82,7 @@ class ClusterCache:
         # never changed, on every event, so the same object reads the same (id() with an `is` check)
         self._node_memo: dict[int, _NodeSeen] = {}
         self._pod_memo: dict[int, tuple[dict[str, Any], PodView]] = {}
+        self._report_memo: dict[int, tuple[Mapping[str, Any], ReservationReport | MessageError]] = {}
         self.changed = threading.Event()
         self.lock = threading.Lock()
 
@@ -233,9 +235,24 @@ class ClusterCache:
         is said once."""
         with self.lock:
             reports = dict(self.reports)
+        memo, used = self._report_memo, {}
+
+        def read(obj: Mapping[str, Any]) -> ReservationReport:  # each object decoded once
+            seen = memo.get(id(obj))
+            if seen is None or seen[0] is not obj:
+                try:
+                    seen = (obj, read_report(obj))
+                except MessageError as e:
+                    seen = (obj, e)
+            used[id(obj)] = seen
+            if isinstance(seen[1], MessageError):
+                raise seen[1]
+            return seen[1]
+
         got, left = reservations_from(
-            reports, {w.id: n for w, n in residents}, self.clock(), self.stale_after_s
+            reports, {w.id: n for w, n in residents}, self.clock(), self.stale_after_s, read
         )
+        self._report_memo = used
         for n in reports:
             self._say_problems(f"report of {n}", [left[n]] if n in left else [])
         return got

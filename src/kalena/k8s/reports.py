@@ -18,7 +18,7 @@ leaves that node's pods at their requests (fail-safe: it never releases slack).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kalena.core.messages import MessageError, ReservationReport, decode, encode
@@ -91,14 +91,16 @@ def reservations_from(
     bound: Mapping[str, str],
     now: float,
     stale_after_s: float = STALE_AFTER_S,
+    read: Callable[[Mapping[str, Any]], ReservationReport] = read_report,
 ) -> tuple[dict[str, Resources], dict[str, str]]:
     """The fresh reports' reservations of the pods bound where each report says (``bound``: pod ->
-    node), and the reports left out (node -> why)."""
+    node), and the reports left out (node -> why). ``read`` is :func:`read_report` or one that
+    remembers what it read (a cache reading the same objects pass after pass)."""
     out: dict[str, Resources] = {}
     left: dict[str, str] = {}
     for name, obj in objects.items():
         try:
-            report = read_report(obj)
+            report = read(obj)
         except MessageError as e:
             left[name] = f"unreadable: {e}"
             continue
