@@ -427,13 +427,14 @@ def make_app(extender: Extender, token: str | None = None) -> FastAPI:
         args = await body_args(request, "filter")
         if isinstance(args, JSONResponse):
             return args
-        return await run_in_threadpool(extender.filter, args)
+        # a JSONResponse of the plain result: FastAPI's encoder would walk every Node object again
+        return JSONResponse(await run_in_threadpool(extender.filter, args))
 
     @app.post("/prioritize", dependencies=auth)
     async def prioritize_verb(request: Request) -> Any:
         args = await body_args(request, "prioritize")
         if isinstance(args, JSONResponse):
             return args
-        return await run_in_threadpool(extender.prioritize, args)
+        return JSONResponse(await run_in_threadpool(extender.prioritize, args))
 
     return app
