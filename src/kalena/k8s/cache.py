@@ -17,6 +17,7 @@ left out is said once through ``log``, and again when the reason changes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -85,6 +86,7 @@ class ClusterCache:
         self._report_memo: dict[int, tuple[Mapping[str, Any], ReservationReport | MessageError]] = {}
         self.changed = threading.Event()
         self.lock = threading.Lock()
+        self._watches: dict[str, kwatch.Watch] = {}  # each kind's open watch (closed at stop)
 
     # -- list and watch ---------------------------------------------------------------------------
     def _lister(self, what: str) -> tuple[Callable[..., Any], dict[str, Any]]:
@@ -142,15 +144,17 @@ class ClusterCache:
                     stop.wait(30.0)
                     continue
                 w = kwatch.Watch()
+                self._watches[what] = w
                 fn, kw = self._lister(what)
+                # deserialize=False: the plain JSON object, not the client's models (we read dicts)
                 for ev in w.stream(
                     fn, resource_version=self.versions[what], timeout_seconds=timeout_s,
-                    allow_watch_bookmarks=True, **kw,
+                    allow_watch_bookmarks=True, deserialize=False, **kw,
                 ):  # fmt: skip
                     if stop.is_set():
                         w.stop()
                         break
-                    raw = ev.get("raw_object") or {}
+                    raw = ev.get("object") or {}
                     if ev.get("type") == "ERROR":
                         if raw.get("code") == 410:
                             self.versions[what] = ""  # too old: list again
@@ -170,9 +174,23 @@ class ClusterCache:
             threading.Thread(target=self.watch, args=(w, stop), name=f"kalena-watch-{w}", daemon=True)
             for w in WATCHED
         ]
+        threads.append(
+            threading.Thread(target=self._close_on, args=(stop,), name="kalena-watch-stop", daemon=True)
+        )
         for t in threads:
             t.start()
         return threads
+
+    def _close_on(self, stop: threading.Event) -> None:
+        """At ``stop``, close the open watch streams: a watch waits for its next event (up to its
+        timeout) before it could see the stop, so its response is closed under it."""
+        stop.wait()
+        for w in list(self._watches.values()):
+            w.stop()
+            resp = getattr(w, "_resp", None)  # the client keeps the open response there
+            if resp is not None:
+                with contextlib.suppress(Exception):
+                    resp.close()
 
     # -- the view and the ledger ------------------------------------------------------------------
     def view(self) -> View:
