@@ -270,7 +270,7 @@ class Agent:
         among its siblings: under contention the kernel first splits the CPU between the parents,
         and a parent at the default weight would take half the node from production, so that
         production's measured use (and with it the throttle) could only follow in steps."""
-        w = self.config.policy.throttle.batch_weight
+        w = self.config.policy.throttle.batch_parent_weight
         self.writer.create(BATCH_PARENT, "the batch runs' parent")
         out = [KnobWrite(BATCH_PARENT, Knob.CPU_WEIGHT, w, "batch parent: production first under contention")]
         root = self.tree.root

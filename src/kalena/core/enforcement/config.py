@@ -89,6 +89,13 @@ class ThrottleConfig:
       of 2 shares.
     * ``min_quota_cores`` = 0.01: the kernel's smallest CFS quota is 1 ms per 100 ms period;
       a quota of zero is not writable and would freeze the workload.
+    * ``batch_parent_weight`` = 1: the weight of the cgroups that hold only batch (the runs'
+      parent; Kalena's root when production lives elsewhere). A run's own weight counts only
+      among its siblings: the kernel first splits a busy CPU between those parents and
+      production's, so at the default weight they would take half the node from a production
+      surge until the throttle caught up. Minimal by default; a host whose non-production
+      processes keep every core busy (a shared test machine) may want more, since batch then
+      starts only in the gaps.
     """
 
     headroom_fraction: float = 0.05
@@ -97,6 +104,7 @@ class ThrottleConfig:
     psi_some_threshold: float = 0.20
     batch_weight: int = 1
     min_quota_cores: float = 0.01
+    batch_parent_weight: int = 1
 
     def __post_init__(self) -> None:
         check_number(self, "headroom_fraction", hi=0.5)
@@ -105,6 +113,7 @@ class ThrottleConfig:
         check_fraction(self, "psi_some_threshold", lo_open=True)
         check_int(self, "batch_weight", lo=1, hi=10000)
         check_number(self, "min_quota_cores", lo_open=True, hi=1.0)
+        check_int(self, "batch_parent_weight", lo=1, hi=10000)
 
 
 @dataclass(frozen=True, slots=True)
