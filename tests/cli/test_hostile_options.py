@@ -197,3 +197,22 @@ def test_a_corrupt_state_file_is_one_error_and_is_kept_as_it_is(tmp_path, corrup
     assert (tmp_path / "st" / "state.json").read_text() == corrupt
     r, _ = kalena(["agent", "status", "--state-dir", "st"], tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("st/state.json: unreadable state file: ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["docker", "serve", "--state-dir", "state"],
+        ["docker", "daemon", "--store", "cluster.db"],
+        ["k8s", "control-plane", "--dir", "cp"],
+        ["k8s", "scheduler", "--kubeconfig", "kc"],
+        ["k8s", "extender", "--kubeconfig", "kc"],
+    ],
+)
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_every_long_running_command_checks_duration_before_it_starts(tmp_path, command, value):
+    """One ``--duration`` for every command that runs until stopped, checked as it is parsed."""
+    r, took = kalena([*command, "--duration", value], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert f"--duration: must be a finite number of seconds >= 0 (value: {float(value)!r})" in r.stderr
+    assert list(tmp_path.iterdir()) == [] and took < QUICK_S  # nothing made, nothing waited for

@@ -60,6 +60,21 @@ TlsCa = Annotated[Path | None, typer.Option("--tls-ca", help="CA of a tcp:// eng
 TlsCert = Annotated[Path | None, typer.Option("--tls-cert", help="Client certificate.")]
 TlsKey = Annotated[Path | None, typer.Option("--tls-key", help="Client key.")]
 
+
+def _check_duration(value: float) -> float:
+    if not (math.isfinite(value) and value >= 0):
+        raise fail_with(
+            [f"--duration: must be a finite number of seconds >= 0 (value: {value!r})"], EXIT_BAD_INPUT
+        )
+    return value
+
+
+# every long-running command's: checked as it is parsed, before anything starts
+Duration = Annotated[
+    float,
+    typer.Option("--duration", help="Stop after this many seconds (0: never).", callback=_check_duration),
+]
+
 StateDir = Annotated[
     Path, typer.Option("--state-dir", help="Folder of the state file, action log and inbox.")
 ]
@@ -151,9 +166,7 @@ def run(
         float,
         typer.Option("--escalation-persist", help="Seconds of pressure through mitigation before a drain."),
     ] = 30.0,
-    duration: Annotated[
-        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
-    ] = 0.0,
+    duration: Duration = 0.0,
     verbose: Annotated[
         bool, typer.Option("--verbose", metavar="", help="One line per round with actions.")
     ] = False,
@@ -187,10 +200,6 @@ def run(
     tls = tls_files(tls_ca, tls_cert, tls_key)
     if telemetry not in ("cgroupfs", "cadvisor"):
         raise fail_with([f"--telemetry: must be cgroupfs or cadvisor (value: {telemetry!r})"], EXIT_BAD_INPUT)
-    if not (math.isfinite(duration) and duration >= 0):
-        raise fail_with(
-            [f"--duration: must be a finite number of seconds >= 0 (value: {duration!r})"], EXIT_BAD_INPUT
-        )
     api = api_options(listen, token_file, api_tls_cert, api_tls_key, runtime)
     join_token = _join_options(join, join_token_file, join_ca, runtime)
     _check_cgroup_root(cgroup_root)

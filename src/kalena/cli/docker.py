@@ -30,7 +30,7 @@ TokenFile = Annotated[
 ]
 ApiCert = Annotated[Path | None, typer.Option("--api-tls-cert", help="The API's TLS certificate.")]
 ApiKey = Annotated[Path | None, typer.Option("--api-tls-key", help="The API's TLS key.")]
-Duration = Annotated[float, typer.Option("--duration", help="Stop after this many seconds (0: never).")]
+Duration = agent_cli.Duration
 
 
 @app.command()

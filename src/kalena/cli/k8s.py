@@ -40,6 +40,22 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 MAX_NODES = 100_000
 
 
+# the options the scheduler and the extender share
+Kubeconfig = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", envvar="KUBECONFIG", help="The cluster (default: in-cluster config)."),
+]
+SchedulerName = Annotated[
+    str, typer.Option("--name", help="The schedulerName whose pods are Kalena's (batch, bound or not).")
+]
+NodeSelector = Annotated[
+    str | None, typer.Option("--node-selector", help="Kalena's nodes: these labels (key=value,...).")
+]
+InferBatch = Annotated[
+    bool, typer.Option("--infer-batch", metavar="", help="Job and CronJob pods default to batch.")
+]
+
+
 @app.command("control-plane")
 def control_plane(
     nodes: Annotated[int, typer.Option("--nodes", help="kwok nodes to make (0 or more).")] = 3,
@@ -58,9 +74,7 @@ def control_plane(
             "--bin-dir", help=f"The four binaries (default: $KALENA_K8S_BIN, else {BUILD_COMMAND}'s)."
         ),
     ] = None,
-    duration: Annotated[
-        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
-    ] = 0.0,
+    duration: agent_cli.Duration = 0.0,
 ) -> None:
     """Start etcd, kube-apiserver, kube-scheduler and kwok on 127.0.0.1 until Ctrl-C."""
     problems = []
@@ -115,19 +129,10 @@ def control_plane(
 
 @app.command("scheduler")
 def scheduler(
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option("--kubeconfig", envvar="KUBECONFIG", help="The cluster (default: in-cluster config)."),
-    ] = None,
-    name: Annotated[
-        str, typer.Option("--name", help="The schedulerName whose pods are Kalena's.")
-    ] = "kalena",
-    node_selector: Annotated[
-        str | None, typer.Option("--node-selector", help="Only nodes with these labels (key=value,...).")
-    ] = None,
-    infer_batch: Annotated[
-        bool, typer.Option("--infer-batch", metavar="", help="Job and CronJob pods default to batch.")
-    ] = False,
+    kubeconfig: Kubeconfig = None,
+    name: SchedulerName = "kalena",
+    node_selector: NodeSelector = None,
+    infer_batch: InferBatch = False,
     every: Annotated[float, typer.Option("--every", help="Seconds between passes at most.")] = 1.0,
     leader_elect: Annotated[
         bool,
@@ -142,9 +147,7 @@ def scheduler(
     lease_duration: Annotated[
         int, typer.Option("--lease-duration", help="Seconds a leader's lease lasts without renewal.")
     ] = 15,
-    duration: Annotated[
-        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
-    ] = 0.0,
+    duration: agent_cli.Duration = 0.0,
 ) -> None:
     """Kalena's secondary scheduler: place pods with schedulerName kalena into the slack."""
     from kalena.k8s.scheduler import Scheduler
@@ -272,10 +275,7 @@ EXTENDER_LISTEN = "127.0.0.1:8471"
 
 @app.command("extender")
 def extender_cmd(
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option("--kubeconfig", envvar="KUBECONFIG", help="The cluster (default: in-cluster config)."),
-    ] = None,
+    kubeconfig: Kubeconfig = None,
     listen: Annotated[
         str, typer.Option("--listen", help="HOST:PORT to serve kube-scheduler on (loopback by default).")
     ] = EXTENDER_LISTEN,
@@ -288,22 +288,14 @@ def extender_cmd(
         Path | None,
         typer.Option("--tls-client-ca", help="Require client certificates of this CA (kube-scheduler's)."),
     ] = None,
-    node_selector: Annotated[
-        str | None, typer.Option("--node-selector", help="Kalena's nodes: these labels (key=value,...).")
-    ] = None,
-    name: Annotated[
-        str, typer.Option("--name", help="The schedulerName whose pods are Kalena's (batch, bound or not).")
-    ] = "kalena",
-    infer_batch: Annotated[
-        bool, typer.Option("--infer-batch", metavar="", help="Job and CronJob pods default to batch.")
-    ] = False,
+    node_selector: NodeSelector = None,
+    name: SchedulerName = "kalena",
+    infer_batch: InferBatch = False,
     blueprint: Annotated[
         Path | None,
         typer.Option("--blueprint", help="A Kuberina IR v1 Blueprint: production is steered to its nodes."),
     ] = None,
-    duration: Annotated[
-        float, typer.Option("--duration", help="Stop after this many seconds (0: never).")
-    ] = 0.0,
+    duration: agent_cli.Duration = 0.0,
 ) -> None:
     """Kalena's scheduler extender: kube-scheduler's filter and prioritize calls, answered by the core
     (batch against the reservation ledger, production toward the blueprint).
