@@ -52,14 +52,17 @@ def observed_ledger(
         list(nodes), [n.allocatable for n in nodes], [w for w, _ in kept], {w.id: n for w, n in kept}
     )
     _reserve(ledger, reservations)  # production's first: the batch bound there is judged against them
+    placed: set[str] = set()
     for w, n in residents:
         if w.tier is Tier.SERVICE or n not in names or n in left_out:
             continue
         k = ledger.node_index[n]
-        res = ledger.apply(PlaceBatch(w, k, ledger.node_epoch(k)))
-        if not res.accepted:
+        if ledger.apply(PlaceBatch(w, k, ledger.node_epoch(k))).accepted:
+            placed.add(w.id)
+        else:
             left_out[n] = f"its batch {w.id} does not fit the ledger"
-    _reserve(ledger, reservations)  # then the batch's
+    if reservations and placed:  # then the batch's own
+        _reserve(ledger, {wid: r for wid, r in reservations.items() if wid in placed})
     return ledger, left_out
 
 
