@@ -19,6 +19,10 @@ name; each change below is a move of the core's table, so an illegal one raises:
     admit         PENDING -> PLACED for each ``PlaceBatch`` of the core's ``schedule`` (a job
                   restored REQUEUED from an old state file: -> PENDING (cooldown-over) first)
     rebuild       LIVE -> EVICTING (readmission-rejected): the rebuilt ledger cannot hold it
+    observe       (an enforce-only agent) a run the cluster placed and started: submitted and
+                  PENDING -> PLACED -> STARTING -> RUNNING at once (admitted, start-requested,
+                  started: its scheduler admitted it, its runtime started it); evicted, it ends
+                  EVICTED -> FAILED (given-up): its next run is its controller's (a new pod)
 
 (LIVE: STARTING, RUNNING, THROTTLED.) A job's name may be submitted again once it ended; its
 old task and history are forgotten (``Lifecycle.forget``).
@@ -43,7 +47,7 @@ old task and history are forgotten (``Lifecycle.forget``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,7 +57,7 @@ from kalena.agent.actionlog import ActionLog, reason_json
 from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.config import AgentConfig
 from kalena.agent.layout import BATCH_PARENT
-from kalena.agent.ports import Runtime, StatePort, SubmissionSource
+from kalena.agent.ports import PlacedRun, Runtime, StatePort, SubmissionSource
 from kalena.agent.runtime import Intake
 from kalena.agent.state import LIVE, AgentState, EvictionRecord, JobRecord
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite
@@ -65,10 +69,15 @@ from kalena.core.placement import ContextKeeper, schedule
 from kalena.core.resources import Resources
 from kalena.core.verdict import Reason, render_reasons
 
+TERMINAL_STATES = tuple(t for t in TaskState if t.terminal)
+#: A placed run's labels: the cluster's identity of it, and its equivalence class (its controller).
+UID_LABEL = "kalena.naughtian.io/uid"
+OWNER_LABEL = "kalena.naughtian.io/owner"
+
 
 def batch_spec(job: JobRecord, workload_id: str | None = None) -> WorkloadSpec:
-    """The current run of ``job`` (or the run ``workload_id``) as the core sees it (owner = the
-    job: its equivalence key)."""
+    """The current run of ``job`` (or the run ``workload_id``) as the core sees it (owner, its
+    equivalence key: the job, or a placed run's controller)."""
     return WorkloadSpec(
         id=workload_id or job.workload_id or "",
         requests=Resources.from_mapping(job.requests),
@@ -76,7 +85,7 @@ def batch_spec(job: JobRecord, workload_id: str | None = None) -> WorkloadSpec:
         tier=Tier.BATCH,
         priority=job.priority,
         namespace=BATCH_PARENT,
-        owner=f"{BATCH_PARENT}/{job.name}",
+        owner=(job.labels or {}).get(OWNER_LABEL) or f"{BATCH_PARENT}/{job.name}",
         slack_memory=job.slack_memory,
     )
 
@@ -112,8 +121,10 @@ class BatchRuns:
         runtime: Runtime,
         config: AgentConfig,
         submissions: SubmissionSource | None,
+        signal: Callable[[EvictionRecord, float, str, float], None],
         rng: np.random.Generator | None = None,
     ) -> None:
+        self.signal = signal  # the evictor's: carry out a saved eviction record (one way for all)
         self.store, self.log = store, log
         self.writer, self.reader, self.runtime = writer, reader, runtime
         self.config, self.submissions = config, submissions
@@ -274,7 +285,7 @@ class BatchRuns:
             started_at=now,
             deadline=now + grace,
             pids=list(self.reader.procs(job.cgroup)),
-            status="terminating" if grace > 0 else "killed",
+            status="terminating",  # the evictor's signal says "killed" when it kills at once
             logged=True,
             requeue_until=now,
             job=job.name,
@@ -287,11 +298,7 @@ class BatchRuns:
             "evict", now, sync=True, id=rec.id, workload=rec.workload, cause=rec.cause, reasons=reasons_json,
             deadline=rec.deadline, why=said,
         )  # fmt: skip
-        why = f"{rec.id}: {job.workload_id} no longer fits the node"
-        if grace > 0:
-            self.runtime.terminate(job, why + f" (SIGKILL in {grace:g} s)")
-        else:
-            self.runtime.kill(job, why)  # all of the run (the port's contract)
+        self.signal(rec, grace, f"{rec.id}: {job.workload_id} no longer fits the node", now)
 
     # -- completion -----------------------------------------------------------------------------
     def reap(self, ledger: Ledger, now: float) -> tuple[str, ...]:
@@ -367,10 +374,72 @@ class BatchRuns:
             self._requeue(job, rec.finished_at)
 
     def _requeue(self, job: JobRecord, at: float) -> None:
-        """EVICTED -> PENDING (requeued): the run is over, the job's next run is a new workload."""
+        """EVICTED -> PENDING (requeued): the run is over, the job's next run is a new workload. An
+        enforce-only agent never starts a run: the job ends (given-up), its controller makes the next."""
+        if not self.config.admit:
+            self.state.move(job.name, TaskState.FAILED, at, TransitionReason.GIVEN_UP)
+            self.log.append("requeue", at, job=job.name, by="the cluster: its controller makes the next run")
+            job.cgroup = job.pid = None
+            return
         self.state.move(job.name, TaskState.PENDING, at, TransitionReason.REQUEUED)
         job.workload_id = job.cgroup = None
         job.pid = None
+
+    # -- runs placed by a cluster scheduler (an enforce-only agent) -------------------------------
+    def observe(self, ledger: Ledger, placed: Sequence[PlacedRun], now: float) -> tuple[str, ...]:
+        """Take the runs the cluster placed here that are not jobs yet (module docstring), highest
+        priority first; one the ledger cannot hold (it was placed on a staler view) is evicted as
+        a rebuilt ledger's would be. Ended jobs the source no longer lists are forgotten beyond
+        ``max_history``. Returns the runs taken."""
+        live = self.running()
+        node = self.node_of(ledger)
+        out = []
+        for p in sorted(placed, key=lambda p: (-p.priority, p.started_at, p.workload_id)):
+            if p.workload_id in live:
+                continue
+            name = p.workload_id
+            if name in self.state.jobs and not self.state.task(name).terminal:
+                continue  # being evicted (or cut short by a crash): the evictor's until it ends
+            job = JobRecord(
+                name=name,
+                command=[],
+                requests=dict(p.requests),
+                limits=None if p.limits is None else dict(p.limits),
+                priority=p.priority,
+                submitted_at=p.started_at,
+                grace_s=p.grace_s,
+                labels={UID_LABEL: p.uid, OWNER_LABEL: p.owner},
+            )
+            self.state.submit(job, now)
+            job.run += 1
+            job.workload_id, job.cgroup, job.started_at = name, p.cgroup, p.started_at
+            for to, why in (
+                (TaskState.PLACED, TransitionReason.ADMITTED),
+                (TaskState.STARTING, TransitionReason.START_REQUESTED),
+                (TaskState.RUNNING, TransitionReason.STARTED),
+            ):
+                self.state.move(name, to, now, why)
+            res = ledger.apply(PlaceBatch(batch_spec(job), node, ledger.node_epoch(node)))
+            fits = res.accepted
+            self.log.append("adopt", now, workload=name, cgroup=p.cgroup, priority=p.priority, fits=fits)
+            if not res.accepted:
+                self._unplaceable(job, res.reasons, now)
+                continue
+            self.writer.apply(
+                [
+                    KnobWrite(
+                        job.cgroup, Knob.CPU_WEIGHT, self.config.policy.throttle.batch_weight, "batch weight"
+                    ),
+                    *knobs.memory_writes(job),
+                ]
+            )
+            out.append(name)
+        listed = {p.workload_id for p in placed}
+        ended = [n for n in self.state.names_in(*TERMINAL_STATES) if n not in listed]
+        self.state.forget(ended[: max(0, len(ended) - self.config.max_history)])
+        if out:
+            self.store.save(self.state)
+        return tuple(out)
 
     # -- admission ------------------------------------------------------------------------------
     def admit(self, ledger: Ledger, now: float) -> tuple[str, ...]:

@@ -27,7 +27,14 @@ from kalena.agent.declaration import Declaration
 from kalena.agent.layout import BATCH_PARENT, CgroupLayout, CgroupTree, default_root, detect
 from kalena.agent.loop import Agent, scope_of
 from kalena.agent.notify import Notifier
-from kalena.agent.ports import DeclarationSource, Runtime, StatePort, SubmissionSource
+from kalena.agent.ports import (
+    DeclarationSource,
+    Disruptor,
+    PlacedSource,
+    Runtime,
+    StatePort,
+    SubmissionSource,
+)
 from kalena.agent.runtime import ProcessRuntime
 from kalena.agent.state import StateStore
 from kalena.agent.telemetry import CgroupfsTelemetry, TelemetrySource
@@ -89,12 +96,16 @@ def build_agent(
     store_path: Path | None = None,
     wrap_submissions: Callable[[SubmissionSource | None, ActionLog], SubmissionSource | None] | None = None,
     wrap_telemetry: Callable[[TelemetrySource, ActionLog], TelemetrySource] | None = None,
+    placed: PlacedSource | None = None,
+    disruptor: Disruptor | None = None,
 ) -> Agent:
     """An agent for this host (``layout`` detected unless given) keeping its files in ``state_dir``.
 
     ``cgroup_root="auto"`` is :func:`~kalena.agent.layout.default_root` for the layout. A shell
     other than the process runtime passes its own ``tree``, ``writer``, ``runtime``,
-    ``declarations`` and ``node_memory`` (the Docker runtime: :mod:`kalena.docker.agent`).
+    ``declarations`` and ``node_memory`` (the Docker runtime: :mod:`kalena.docker.agent`); an
+    enforce-only agent (``config.admit = False``) its ``placed`` batch and, where evicting is the
+    cluster's, its ``disruptor`` (Kubernetes: :mod:`kalena.k8s.agent`).
     """
     config = config or AgentConfig()
     tree = tree or cgroup_tree(cgroup_root, layout)
@@ -149,4 +160,6 @@ def build_agent(
         declaration_path=declaration_path,
         declarations=declarations,
         node_memory=node_memory,
+        placed=placed,
+        disruptor=disruptor,
     )

@@ -11,6 +11,12 @@ For each victim, in plan order:
    (the process runtime signals its cgroup, the Docker runtime asks the Engine API, as
    ``docker stop`` does), a production workload to the processes recorded in step 1.
 
+With a :class:`~kalena.agent.ports.Disruptor` (Kubernetes), step 3 and the SIGKILL are asks to
+the cluster instead (the Eviction API, with the grace, then with none at the deadline), and the
+cluster may refuse one (a PodDisruptionBudget): the refusal is logged once and respected, the
+record stays in flight without a deadline, and the ask is made again each round; once accepted,
+the grace runs from then. Only the limit-breach override goes past a refusal, and says so.
+
 Each round, :meth:`Evictor.progress` marks records whose cgroup emptied as done (the job moves
 to EVICTED: ``exited`` if no SIGKILL was sent, ``grace-expired`` if it was, at the deadline or
 at once) and sends SIGKILL to those past their deadline. A workload with an eviction in
@@ -33,8 +39,8 @@ from kalena.agent.state import AgentState, EvictionRecord, JobRecord
 from kalena.agent.writer import CgroupWriter
 
 if TYPE_CHECKING:
-    from kalena.agent.ports import Runtime
-from kalena.core.enforcement import Victim
+    from kalena.agent.ports import Disruptor, Runtime
+from kalena.core.enforcement import EvictionCause, Victim
 from kalena.core.lifecycle import TaskState, TransitionReason, eviction_reason
 
 
@@ -48,8 +54,10 @@ class Evictor:
         log: ActionLog,
         max_history: int = 1000,
         runtime: Runtime | None = None,
+        disruptor: Disruptor | None = None,
     ) -> None:
         self.runtime = runtime  # None: batch runs are signalled through their cgroup
+        self.disruptor = disruptor  # None: evicting is signalling the processes
         self.writer = writer
         self.reader = reader
         self.state = state
@@ -109,22 +117,49 @@ class Evictor:
             self._log(rec, why_evicted(v), context)
         self.store.save(self.state)
         for rec, v in started:
-            reason = f"evict {rec.id}: {v.cause.value} on {v.dimension}"
-            if v.grace_period_s <= 0 and rec.tier == "batch":
-                self._kill_batch(rec, reason + " (acute: no grace)")
-                rec.status = "killed"
-            elif v.grace_period_s <= 0:
-                self.writer.signal(rec.cgroup, signal.SIGKILL, reason + " (acute: no grace)", only=rec.pids)
-                rec.status = "killed"
-            else:
-                why = reason + f" (SIGKILL in {v.grace_period_s:g} s)"
-                job = self._run_of(rec)
-                if job is not None and self.runtime is not None:
-                    self.runtime.terminate(job, why)
-                else:
-                    self.writer.signal(rec.cgroup, signal.SIGTERM, why)
+            self.signal(rec, v.grace_period_s, f"evict {rec.id}: {v.cause.value} on {v.dimension}", now)
         self.store.save(self.state)
         return started
+
+    def signal(self, rec: EvictionRecord, grace: float, reason: str, now: float) -> None:
+        """Carry out a recorded (and saved) eviction: ask the cluster, or SIGTERM (SIGKILL at once
+        when ``grace`` is 0: acute) its run through the runtime, or its recorded processes."""
+        if self.disruptor is not None:
+            self._disrupt(rec, grace, reason, now)
+            if grace <= 0 and rec.refused is None:
+                rec.status = "killed"
+        elif grace <= 0 and rec.tier == "batch":
+            self._kill_batch(rec, reason + " (acute: no grace)")
+            rec.status = "killed"
+        elif grace <= 0:
+            self.writer.signal(rec.cgroup, signal.SIGKILL, reason + " (acute: no grace)", only=rec.pids)
+            rec.status = "killed"
+        else:
+            why = reason + f" (SIGKILL in {grace:g} s)"
+            job = self._run_of(rec)
+            if job is not None and self.runtime is not None:
+                self.runtime.terminate(job, why)
+            else:
+                self.writer.signal(rec.cgroup, signal.SIGTERM, why)
+
+    def _disrupt(self, rec: EvictionRecord, grace: float, why: str, now: float) -> None:
+        """Ask the cluster to evict ``rec``'s workload; keep and log its answer (a refusal once)."""
+        assert self.disruptor is not None
+        override = rec.cause == EvictionCause.LIMIT_BREACH.value
+        was = rec.refused
+        out = self.disruptor.evict(rec.workload, grace, override, why)
+        said = {"id": rec.id, "workload": rec.workload}
+        if out.accepted:
+            rec.refused = None
+            if was is not None:  # refused before: its grace runs from now, not from the first ask
+                rec.deadline = now + grace
+                self.log.append("eviction-accepted", now, **said, after_s=now - rec.started_at)
+            if out.overridden:
+                self.log.append("eviction-override", now, sync=True, **said, detail=out.detail)
+        else:
+            rec.refused = out.detail
+            if was != out.detail:
+                self.log.append("eviction-refused", now, sync=True, **said, detail=out.detail)
 
     def _run_of(self, rec: EvictionRecord) -> JobRecord | None:
         """The job whose current run ``rec`` evicts (``None``: not a job of this agent's, or the
@@ -185,9 +220,16 @@ class Evictor:
                 )
                 on_done(rec)
                 done.append(rec)
+            elif rec.refused is not None and self.disruptor is not None:  # ask again: it may be allowed now
+                grace = max(0.0, rec.deadline - rec.started_at) if rec.status == "terminating" else 0.0
+                self._disrupt(rec, grace, f"evict {rec.id}: asked again", now)
+                if rec.refused is None and grace <= 0:
+                    rec.status = "killed"
             elif rec.status == "terminating" and now >= rec.deadline:
                 why = f"evict {rec.id}: grace period over"
-                if rec.tier == "batch":
+                if self.disruptor is not None:  # accepted before: the budget was charged then
+                    self.disruptor.kill(rec.workload, why)
+                elif rec.tier == "batch":
                     self._kill_batch(rec, why)
                 else:
                     self.writer.signal(rec.cgroup, signal.SIGKILL, why, only=rec.pids)
@@ -209,5 +251,7 @@ class Evictor:
         self.state.move(job.name, TaskState.EVICTED, now, reason)
 
     def next_deadline(self) -> float | None:
-        deadlines = [e.deadline for e in self.state.in_flight() if e.status == "terminating"]
+        # a refused eviction has no deadline (it is asked again each round)
+        flying = self.state.in_flight()
+        deadlines = [e.deadline for e in flying if e.status == "terminating" and e.refused is None]
         return min(deadlines, default=None)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,10 +42,12 @@ from kalena.agent.layout import BATCH_PARENT, CgroupTree
 from kalena.agent.notify import AgentEvent, Notifier
 from kalena.agent.ports import (
     DeclarationSource,
+    Disruptor,
     Enforcer,
     FileDeclarations,
     FixedDeclaration,
     ObservationSource,
+    PlacedSource,
     Runtime,
     StatePort,
     SubmissionSource,
@@ -99,10 +101,12 @@ class StepReport:
     decision: RoundDecision  # the core round's whole answer (the fields above are this node's part)
 
 
-def scope_of(decl: Declaration) -> ManagedScope:
-    """Kalena's root subtree, plus adopted production cgroups outside it; DaemonSets protected."""
+def scope_of(decl: Declaration, batch: Iterable[str] = ()) -> ManagedScope:
+    """Kalena's root subtree, plus adopted production cgroups outside it and the cgroups of batch
+    a cluster placed (``batch``: an enforce-only agent's); DaemonSets protected."""
+    outside = [a.cgroup for a in decl.production if a.cgroup.startswith("/")]
     return ManagedScope(
-        adopted=frozenset(a.cgroup for a in decl.production if a.cgroup.startswith("/")),
+        adopted=frozenset([*outside, *(c for c in batch if c.startswith("/"))]),
         protected=frozenset(a.cgroup for a in decl.daemonsets),
     )
 
@@ -130,8 +134,11 @@ class Agent:
         declaration_path: Path | None = None,
         declarations: DeclarationSource | None = None,
         node_memory: Callable[[], tuple[float | None, float | None]] | None = None,
+        placed: PlacedSource | None = None,
+        disruptor: Disruptor | None = None,
     ) -> None:
         self.config = config
+        self.placed = placed  # an enforce-only agent's: the batch its cluster placed here
         self.tree, self.reader, self.writer = tree, reader, writer
         self.telemetry, self.notifier, self.store, self.log = telemetry, notifier, store, log
         self.runtime, self.clock = runtime, clock
@@ -147,10 +154,12 @@ class Agent:
         self.estimator = DecayEstimator(config.policy.decay)
         self.sources = EventSources(notifier, tree, writer, log, config, clock)
         self.state = AgentState(declaration.node.name)
-        self.evictor = Evictor(writer, reader, self.state, store, log, config.max_history, runtime)
+        self.evictor = Evictor(writer, reader, self.state, store, log, config.max_history, runtime, disruptor)
         if submissions is None and inbox is not None:
             submissions = InboxSubmissions(inbox)
-        self.batch = BatchRuns(self.state, store, log, writer, reader, runtime, config, submissions)
+        self.batch = BatchRuns(
+            self.state, store, log, writer, reader, runtime, config, submissions, self.evictor.signal
+        )
         self.monotonic = monotonic
         self.round_state = RoundState.initial(1)
         self.ledger: Ledger | None = None
@@ -170,7 +179,7 @@ class Agent:
                 except ValueError as e:  # cheap to lose: the allowance and rounds start afresh
                     self.log.append("warning", self.clock(), what=f"round state not restored: {e}")
         now = self.clock()
-        self.writer.scope = scope_of(self.declaration)
+        self._set_scope()
         self.writer.create("", "Kalena's root cgroup")
         self._restore_production("restore at start")
         self.evictor.recover()
@@ -201,8 +210,9 @@ class Agent:
         self._restore_production("restore at shutdown")
         self.store.save(self.state)
         self.sources.disarm()
-        for name in (BATCH_PARENT, ""):
-            self.writer.remove_if_empty(name, "shutdown: nothing runs here")
+        if self.config.admit:  # an enforce-only agent's root is its runtime's (the kubelet's kubepods)
+            for name in (BATCH_PARENT, ""):
+                self.writer.remove_if_empty(name, "shutdown: nothing runs here")
         self.log.append("stop", self.clock())
 
     def run(
@@ -245,7 +255,7 @@ class Agent:
     def _install(self, decl: Declaration, now: float) -> None:
         """(Re)build the ledger from ``decl`` and the running batch, and (re)arm the sources."""
         self.declaration = decl
-        self.writer.scope = scope_of(decl)
+        self._set_scope()
         for a in decl.production:
             if a.started_at is not None:  # started then (its runtime says): the startup grace runs from then
                 self.state.first_seen[a.spec.id] = a.started_at
@@ -261,8 +271,18 @@ class Agent:
         self.ledger = ledger
         if decl.memory_limit is not None:
             self.writer.apply([KnobWrite("", Knob.MEMORY_MAX, decl.memory_limit, "the node's memory limit")])
-        self.writer.apply(self._parent_weights(decl))
+        if self.config.admit:  # an enforce-only agent's batch lives in its runtime's cgroups, not Kalena's
+            self.writer.apply(self._parent_weights(decl))
         self.sources.install(decl)
+
+    def _set_scope(self, also: Iterable[str] = ()) -> None:
+        """What the writer may change: the declaration's, and the cgroups of the batch a cluster
+        placed here (an enforce-only agent's: its runs, and those being evicted) with ``also``."""
+        placed: list[str] = []
+        if not self.config.admit:
+            placed = [j.cgroup for j in self.batch.running().values() if j.cgroup]
+            placed += [e.cgroup for e in self.state.in_flight() if e.tier == "batch"]
+        self.writer.scope = scope_of(self.declaration, [*placed, *also])
 
     def _parent_weights(self, decl: Declaration) -> list[KnobWrite]:
         """The batch weight on the batch runs' parent, and on Kalena's root when no production lives
@@ -317,6 +337,8 @@ class Agent:
             self.batch.intake(self.ledger, now)
         self.evictor.progress(now, self._evicted)
         finished = self.batch.reap(self.ledger, now)
+        if not self.config.admit and self.placed is not None:
+            self._observe_placed(now)
         events = (*events, *self.sources.poll_fallbacks(now, self.monotonic()))
 
         usage = self._sample(now)
@@ -358,6 +380,17 @@ class Agent:
         return StepReport(
             now, tuple(events), plan, evicted, tplan, records, escalation, admitted, finished, estimated, d
         )
+
+    def _observe_placed(self, now: float) -> None:
+        """The batch the cluster placed here, taken as jobs (``None`` from the source: unknown, so
+        nothing is concluded this round); the writer's scope follows the runs it holds."""
+        assert self.ledger is not None and self.placed is not None
+        runs = self.placed.placed()
+        if runs is None:
+            return
+        self._set_scope(r.cgroup for r in runs)  # the new runs' knobs are written as they are taken
+        self.batch.observe(self.ledger, runs, now)
+        self._set_scope()
 
     def _view(self, usage: Mapping[str, Mapping[str, float]], events: Sequence[AgentEvent]) -> NodesView:
         """This node as the round reads it: the ledger's rows with what the agent measured."""

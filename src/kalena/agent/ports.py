@@ -16,6 +16,11 @@ implementations; the loop does not change.
   save of the state that holds them; the inbox folder, the store's queue.
 * :class:`DeclarationSource`: the node's declaration when it changed (applied whole or not at
   all); :class:`FileDeclarations` (a YAML file, by mtime), :class:`FixedDeclaration`.
+* :class:`PlacedSource` (an enforce-only agent's): the batch a cluster scheduler placed on this
+  node and its runtime started (:class:`PlacedRun`); :class:`kalena.k8s.agent.NodePods`.
+* :class:`Disruptor` (optional): where evicting is the cluster's to do, not a signal to processes
+  (Kubernetes: the Eviction API, which respects PodDisruptionBudgets);
+  :class:`kalena.k8s.agent.EvictionApi`.
 
 Reading the kernel's pressure (PSI averages, the root cgroup's memory) stays with the cgroup
 reader (:class:`~.cgroupfs.CgroupReader`, already a protocol), and notifications with the
@@ -24,7 +29,8 @@ reader (:class:`~.cgroupfs.CgroupReader`, already a protocol), and notifications
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -180,3 +186,53 @@ class FixedDeclaration:
 
     def changed(self) -> Declaration | DeclarationError | None:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedRun:
+    """A batch run a cluster scheduler placed on this node and its runtime started (a Kubernetes
+    pod): the agent enforces on it, it never starts or requeues it. ``workload_id`` is how the
+    cluster names it (``namespace/name``), and so its reservation report's key."""
+
+    workload_id: str
+    cgroup: str  # absolute: where the runtime put it (the kubelet's pod cgroup)
+    requests: Mapping[str, float]
+    limits: Mapping[str, float] | None
+    priority: int
+    started_at: float
+    owner: str  # its equivalence class (its controller): the harmful-pairing and cooldown key
+    grace_s: float | None = None  # its own termination grace (``None``: the policy's)
+    uid: str = ""  # the cluster's identity of this incarnation (a pod made again is another run)
+
+
+class PlacedSource(Protocol):
+    """The batch placed on this node by a cluster scheduler (module docstring)."""
+
+    def placed(self) -> Sequence[PlacedRun] | None:
+        """What runs now; ``None``: unknown (the source lost the cluster): nothing is concluded."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Disruption:
+    """The cluster's answer to one eviction: ``accepted`` (or already gone), else refused with why;
+    ``overridden``: a refusal the limit-breach override went past (the why says what it broke)."""
+
+    accepted: bool
+    detail: str
+    overridden: bool = False
+
+
+class Disruptor(Protocol):
+    """Evicts a workload the cluster's way (module docstring)."""
+
+    def evict(self, workload: str, grace_s: float, override: bool, reason: str) -> Disruption:
+        """Ask for ``workload`` to go within ``grace_s``. ``override``: the limit-breach override
+        applies (seed 000 §3.3: it takes precedence over everything), so a refusal is gone past
+        and said; otherwise a refusal is respected and the eviction asked again later."""
+        ...
+
+    def kill(self, workload: str, reason: str) -> None:
+        """The grace of an accepted eviction is over: end it now (no second ask: the cluster
+        charged its budget when it accepted)."""
+        ...

@@ -110,6 +110,8 @@ class EvictionRecord:
     requeue_until: float | None = None
     job: str | None = None
     finished_at: float | None = None
+    # the cluster's last refusal (a Kubernetes PodDisruptionBudget), retried each round; None: none
+    refused: str | None = None
 
 
 @dataclass
@@ -169,6 +171,13 @@ class AgentState:
             job.run = max(job.run, self.jobs[job.name].run)
         self.lifecycle.add([job.name], now)
         self.jobs[job.name] = job
+
+    def forget(self, names: list[str]) -> None:
+        """Drop ended jobs and their histories (an enforce-only agent's pods, long gone)."""
+        if names:
+            self.lifecycle.forget([self.lifecycle.handle(n) for n in names])  # raises unless all ended
+            for n in names:
+                del self.jobs[n]
 
     def move(self, name: str, to: TaskState, now: float, reason: TransitionReason) -> None:
         """One job's transition; a move the core's table forbids raises ``IllegalTransition``."""

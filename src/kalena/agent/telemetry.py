@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from kalena.agent.cgroupfs import CgroupReader
@@ -136,3 +137,20 @@ class UsageMeter:
     def forget(self, wid: str) -> None:
         self._last.pop(wid, None)
         self._throttle.pop(wid, None)
+
+
+def host_memory(proc: Path = Path("/proc")) -> tuple[float | None, float | None]:
+    """(used, total) bytes of the host: ``MemTotal - MemAvailable`` and ``MemTotal`` (meminfo kB)."""
+    try:
+        fields = {}
+        for line in (proc / "meminfo").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            parts = rest.split()
+            if parts:
+                fields[key] = float(parts[0]) * 1024
+    except (OSError, ValueError):
+        return None, None
+    total, avail = fields.get("MemTotal"), fields.get("MemAvailable")
+    if total is None or avail is None:
+        return None, total
+    return total - avail, total

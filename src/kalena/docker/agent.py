@@ -23,6 +23,7 @@ from kalena.agent.declaration import Declaration
 from kalena.agent.layout import CgroupLayout, CgroupTree
 from kalena.agent.loop import Agent
 from kalena.agent.ports import SubmissionSource
+from kalena.agent.telemetry import host_memory
 from kalena.agent.writer import CgroupWriter, ManagedScope, WriteRecord
 from kalena.docker.adoption import DockerAdoptions
 from kalena.docker.cgroups import check_driver
@@ -38,23 +39,6 @@ from kalena.docker.stats import StatsFallback
 DOCKER_ROOT = "/kalena"
 #: The store's file in the agent's state folder.
 STORE_FILE = "kalena.db"
-
-
-def host_memory(proc: Path = Path("/proc")) -> tuple[float | None, float | None]:
-    """(used, total) bytes of the host: ``MemTotal - MemAvailable`` and ``MemTotal`` (meminfo kB)."""
-    try:
-        fields = {}
-        for line in (proc / "meminfo").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            parts = rest.split()
-            if parts:
-                fields[key] = float(parts[0]) * 1024
-    except (OSError, ValueError):
-        return None, None
-    total, avail = fields.get("MemTotal"), fields.get("MemAvailable")
-    if total is None or avail is None:
-        return None, total
-    return total - avail, total
 
 
 def build_docker_agent(

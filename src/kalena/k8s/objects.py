@@ -185,3 +185,39 @@ def declaration_of(pod: Mapping[str, Any]) -> str:
             name = name[: -len(suffix)]
         return f"{ns}/{name}"
     return f"{ns}/{_UNROLLED.sub('', str(meta.get('name') or ''))}"
+
+
+def pod_limits(pod: Mapping[str, Any]) -> dict[str, float]:
+    """The pod's limits in core units, for the dimensions where it has one: every container
+    limits it (one without a limit leaves the pod unlimited there), summed, at least each init
+    container's, plus the overhead: the kubelet's pod-level limit. Unreadable values are the
+    requests reader's to report; here they leave the dimension unlimited."""
+    spec = pod.get("spec") or {}
+    log = ProblemLog("pod limits")
+
+    def limits_of(c: Any) -> dict[str, int]:
+        res = (c.get("resources") or {}) if isinstance(c, Mapping) else {}
+        block = res.get("limits") or {} if isinstance(res, Mapping) else {}
+        out = {}
+        for k, raw in dict(block).items() if isinstance(block, Mapping) else ():
+            if k in DIMENSIONS:
+                v = f.units(k, raw, ("limits", k), log)
+                if v is not None:
+                    out[k] = v
+        return out
+
+    containers = [limits_of(c) for c in spec.get("containers") or []]
+    if not containers:
+        return {}
+    total: dict[str, int] = {}
+    for k in DIMENSIONS:
+        if all(k in c for c in containers):
+            total[k] = sum(c[k] for c in containers)
+    for c in (limits_of(c) for c in spec.get("initContainers") or []):
+        for k in list(total):
+            total[k] = max(total[k], c.get(k, 0))
+    for k, raw in dict(spec.get("overhead") or {}).items():
+        v = f.units(k, raw, ("overhead", k), log) if k in total else None
+        if v is not None:
+            total[k] += v
+    return {DIMENSIONS[k][0]: v * DIMENSIONS[k][1] for k, v in total.items() if v > 0}
