@@ -2,7 +2,8 @@
 kwok nodes): batch pods with ``schedulerName: kalena`` bind only where the ledger fits, with the
 ``Scheduled`` / ``FailedScheduling`` events and the ``PodScheduled`` condition; a bind against a
 stale view gets a 409 (bound by someone else, or the pod made again under its name: the UID
-precondition) and is decided again from fresh state; with its watches, a new pod is bound."""
+precondition) and is decided again from fresh state; with its watches, a new pod is bound, also
+after the apiserver restarted under the running scheduler."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import uuid
 import pytest
 from k8s_testlib import install_crd, publish, until
 from kubernetes import client as kclient
+from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
 from kalena.cli.main import app
@@ -120,6 +122,38 @@ def test_a_bind_against_a_stale_view_gets_a_409_and_is_decided_again(cluster):
     r = sched.pass_once()  # the fresh pod, by its own UID
     assert f"{ns}/d" in r.bound
     assert cp.core.read_namespaced_pod("d", ns).spec.node_name == r.bound[f"{ns}/d"]
+
+
+def test_the_watch_loop_survives_an_apiserver_restart_and_places_a_pod_made_after(cluster):
+    cp, ns, a, b, selector = cluster
+    lines: list[str] = []
+    sched = Scheduler(cp.core, node_selector=selector, log=lines.append)
+    stop = threading.Event()
+    t = threading.Thread(target=sched.run, args=(stop, 0.5), daemon=True)
+    t.start()
+    try:
+        cp.core.create_namespaced_pod(ns, pod("before", "250m"))
+        cp.wait_for_pods(ns, ["before"], running=False, timeout=60)
+        cp.restart_apiserver()
+        assert t.is_alive(), lines
+
+        def made() -> bool:
+            try:
+                cp.core.create_namespaced_pod(ns, pod("after", "250m"))
+                return True
+            except ApiException as e:  # ready, yet still starting up a part (a 5xx, say)
+                return e.status == 409  # made by an earlier try whose answer was lost
+            except Exception:  # the client's kept connections to the old process
+                return False
+
+        assert until(made)
+        pods = cp.wait_for_pods(ns, ["after"], running=False, timeout=120)
+        assert pods[0].spec.node_name in (a, b)
+        assert t.is_alive(), lines
+    finally:
+        stop.set()
+        t.join(timeout=60)
+    assert not t.is_alive()
 
 
 def test_with_its_watches_a_new_pod_is_bound(cluster):

@@ -165,6 +165,13 @@ class ClusterCache:
                     self.versions[what] = ""
                 else:
                     stop.wait(1.0)  # the apiserver restarts, say: try again
+            except KeyError:
+                # the client library fails on a watch's ERROR event under deserialize=False (it
+                # reads a key only its own decoding adds); that error is the 410 of a restarted
+                # apiserver, whose watch cache begins after our version: list again, or the
+                # same watch fails forever
+                self.versions[what] = ""
+                stop.wait(1.0)
             except Exception:  # a broken stream (connection reset, the apiserver went away)
                 stop.wait(1.0)
 

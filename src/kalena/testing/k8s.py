@@ -464,10 +464,10 @@ class ControlPlane:
 
     ``scheduler_config``: top-level keys merged into kube-scheduler's KubeSchedulerConfiguration
     (``profiles``, ``extenders``, ...); :meth:`restart_scheduler` starts kube-scheduler again with
-    other keys (or these). ``apiserver_args``: more kube-apiserver flags (a later one
-    overrides an earlier). ``node_heartbeat_s``: how often kwok renews each Ready node's
-    heartbeat (nothing here reads it without a controller-manager; raise it for thousands of
-    nodes)."""
+    other keys (or these), :meth:`restart_apiserver` kube-apiserver with the same flags.
+    ``apiserver_args``: more kube-apiserver flags (a later one overrides an earlier).
+    ``node_heartbeat_s``: how often kwok renews each Ready node's heartbeat (nothing here reads it
+    without a controller-manager; raise it for thousands of nodes)."""
 
     def __init__(
         self,
@@ -504,6 +504,7 @@ class ControlPlane:
         self._minted = 0
         self._node_count = 0
         self._scheduler_files: tuple[Path, tuple[Path, Path], int] = (Path(), (Path(), Path()), 0)
+        self._apiserver_argv: list[str] = []  # kube-apiserver's flags, for restart_apiserver
 
     # -- life cycle
 
@@ -644,7 +645,7 @@ class ControlPlane:
             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
             "--initial-cluster", f"harness={peer_url}", "--unsafe-no-fsync", "--log-level", "warn",
         ])  # fmt: skip
-        self._spawn("kube-apiserver", [
+        self._apiserver_argv = [
             "--etcd-servers", etcd_url,
             "--bind-address", self.host, "--advertise-address", self.host, "--secure-port", str(api_port),
             "--tls-cert-file", str(serving[0]), "--tls-private-key-file", str(serving[1]),
@@ -666,7 +667,8 @@ class ControlPlane:
             "--cert-dir", str(self.work_dir / "pki"),
             "--profiling=false",
             *self.apiserver_args,
-        ])  # fmt: skip
+        ]  # fmt: skip
+        self._spawn("kube-apiserver", self._apiserver_argv)
         self._wait_ready(
             "apiserver", f"{self.api_url}/readyz", self._admin_ssl, ("etcd", "kube-apiserver"), t0
         )
@@ -728,6 +730,20 @@ class ControlPlane:
         self._wait_ready("scheduler_restart", f"{self.scheduler_url}/readyz", sched_ssl,
                          ("kube-apiserver", "kube-scheduler"), t0)  # fmt: skip
         return self.timings["scheduler_restart_ready"]
+
+    def restart_apiserver(self) -> float:
+        """Stop kube-apiserver and start it again with the same flags on the same port (etcd keeps
+        the cluster's state); returns the seconds until it was ready again. The other processes
+        keep running and reconnect to it, as to a restarted apiserver in a cluster: a test of a
+        client's recovery (its open watches break, its next calls find the port closed a while)."""
+        if "kube-apiserver" not in self.processes or not self._apiserver_argv:
+            raise ControlPlaneError("the control plane is not started")
+        self.processes.pop("kube-apiserver").stop(self.stop_grace)
+        t0 = time.monotonic()
+        self._spawn("kube-apiserver", self._apiserver_argv)
+        self._wait_ready("apiserver_restart", f"{self.api_url}/readyz", self._admin_ssl,
+                         ("etcd", "kube-apiserver"), t0)  # fmt: skip
+        return self.timings["apiserver_restart_ready"]
 
     # -- clients and users
 
