@@ -2,11 +2,13 @@
 kwok nodes): batch pods with ``schedulerName: kalena`` bind only where the ledger fits, with the
 ``Scheduled`` / ``FailedScheduling`` events and the ``PodScheduled`` condition; a bind against a
 stale view gets a 409 (bound by someone else, or the pod made again under its name: the UID
-precondition) and is decided again from fresh state; with its watches, a new pod is bound, also
+precondition) and is decided again from fresh state, also among many binds in flight at once; a
+refused bind leaves the pod pending in the cache; with its watches, a new pod is bound, also
 after the apiserver restarted under the running scheduler."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -18,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
 from kalena.cli.main import app
+from kalena.k8s.render import SCHEDULER_RULES
 from kalena.k8s.reports import GROUP, PLURAL, VERSION
 from kalena.k8s.scheduler import Scheduler
 from kalena.testing.k8s import ControlPlane, NodeSpec
@@ -84,6 +87,7 @@ def test_batch_binds_where_the_ledger_fits_with_events_and_the_condition(cluster
     why = r.pending[f"{ns}/b3"]
     assert why.startswith("0/2 nodes are available") and "cpu" in why.lower(), why
     cp.wait_for_pods(ns, ["b1", "b2"])  # bound, and kwok runs them
+    assert sched.flush()  # the events and the condition are told beside the pass
     assert ("Scheduled", f"Successfully assigned {ns}/b1 to {b}") in events(cp, ns, "b1")
     assert ("FailedScheduling", why) in events(cp, ns, "b3")
     cond = {c.type: c for c in cp.core.read_namespaced_pod_status("b3", ns).status.conditions or []}
@@ -94,6 +98,7 @@ def test_batch_binds_where_the_ledger_fits_with_events_and_the_condition(cluster
     # the same reason is told once
     sched.sync()
     assert mine(sched.pass_once().pending, ns) == {f"{ns}/b3": why}
+    assert sched.flush()
     assert [e for e in events(cp, ns, "b3") if e[0] == "FailedScheduling"] == [("FailedScheduling", why)]
 
 
@@ -122,6 +127,82 @@ def test_a_bind_against_a_stale_view_gets_a_409_and_is_decided_again(cluster):
     r = sched.pass_once()  # the fresh pod, by its own UID
     assert f"{ns}/d" in r.bound
     assert cp.core.read_namespaced_pod("d", ns).spec.node_name == r.bound[f"{ns}/d"]
+
+
+def test_many_binds_in_flight_each_told_once_and_the_stale_ones_decided_again(cluster):
+    cp, ns, _a, b, selector = cluster
+    names = [f"m{i:02d}" for i in range(24)]
+    for n in names:
+        cp.core.create_namespaced_pod(ns, pod(n, "100m"))
+    sched = Scheduler(cp.core, node_selector=selector)
+    assert sched.binders > 1  # the binds of a pass are in flight together
+    sched.sync()
+    taken = names[:3]
+    for n in taken:  # bound by someone else after the view was taken
+        bind(cp, ns, n, b)
+    r = sched.pass_once()
+    assert sorted(r.conflicts) == [f"{ns}/{n}" for n in taken]
+    assert set(r.bound) == {f"{ns}/{n}" for n in names[3:]}
+    assert sched.flush()
+    on = {p.metadata.name: p.spec.node_name for p in cp.core.list_namespaced_pod(ns).items}
+    assert all(on[n] == r.bound[f"{ns}/{n}"] for n in names[3:]) and all(on[n] == b for n in taken)
+    got = cp.core.list_namespaced_event(ns, field_selector="reason=Scheduled").items
+    told = sorted(e.involved_object.name for e in got if e.reporting_component == "kalena-scheduler")
+    assert told == names[3:]  # every bound pod once, none of the ones it did not bind
+    assert sched.pass_once().bound == {}  # the stale ones read again: bound, not Kalena's to place
+    ledger, _ = sched.ledger()
+    assert all(ledger.node_names[ledger.node_of(f"{ns}/{n}")] == on[n] for n in names)
+
+
+def test_a_refused_bind_is_not_counted_bound_and_the_next_pass_binds_it(cluster):
+    """A bind the apiserver refuses otherwise than 409 (here RBAC's 403) fails the pass and stops
+    the binds not yet sent; the cache never says any of them bound."""
+    cp, ns, _a, _b, selector = cluster
+    rbac = kclient.RbacAuthorizationV1Api(cp.client)
+    user, role = f"{ns}-scheduler", f"{ns}-no-binding"
+    no_binding = [r for r in SCHEDULER_RULES if r["resources"] != ["pods/binding"]]
+    assert len(no_binding) == len(SCHEDULER_RULES) - 1
+    rbac.create_cluster_role({"metadata": {"name": role}, "rules": no_binding})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    })  # fmt: skip
+    try:
+        names = [f"r{i}" for i in range(8)]
+        for n in names:
+            cp.core.create_namespaced_pod(ns, pod(n, "100m"))
+        sched = Scheduler(kclient.CoreV1Api(cp.api_client_for(user)), node_selector=selector)
+
+        def synced() -> bool:
+            try:
+                sched.sync()
+                return True
+            except ApiException:  # the authorizer has not seen the binding yet
+                return False
+
+        assert until(synced)
+        with pytest.raises(ApiException) as refused:
+            sched.pass_once()
+        assert refused.value.status == 403
+        ledger, _ = sched.ledger()
+        assert not [n for n in names if f"{ns}/{n}" in ledger]
+        assert {f"{ns}/{n}" for n in names} <= {v.spec.id for v in sched.view()[2]}
+        rbac.patch_cluster_role(role, {"rules": SCHEDULER_RULES})
+        done: dict[str, str] = {}
+
+        def binds() -> bool:
+            with contextlib.suppress(ApiException):  # still refused: RBAC's cache catches up
+                done.update(sched.pass_once().bound)
+            return {f"{ns}/{n}" for n in names} <= set(done)
+
+        assert until(binds)
+        on = {p.metadata.name: p.spec.node_name for p in cp.core.list_namespaced_pod(ns).items}
+        assert all(on[n] == done[f"{ns}/{n}"] for n in names)
+        sched.close()
+    finally:
+        rbac.delete_cluster_role_binding(role)
+        rbac.delete_cluster_role(role)
 
 
 def test_the_watch_loop_survives_an_apiserver_restart_and_places_a_pod_made_after(cluster):
