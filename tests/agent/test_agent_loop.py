@@ -745,16 +745,26 @@ def test_a_declaration_source_feeds_the_loop_whole_or_not_at_all(harness):
 
 @pytest.mark.parametrize(
     ("port", "impl"),
-    [("Runtime", "ProcessRuntime"), ("Enforcer", "CgroupWriter"), ("ObservationSource", "CgroupfsTelemetry")],
+    [
+        ("Runtime", "kalena.agent.runtime.ProcessRuntime"),
+        ("Enforcer", "kalena.agent.writer.CgroupWriter"),
+        ("ObservationSource", "kalena.agent.telemetry.CgroupfsTelemetry"),
+        ("Runtime", "kalena.k8s.agent.PodRuntime"),
+        ("Disruptor", "kalena.k8s.agent.EvictionApi"),
+        ("PlacedSource", "kalena.k8s.agent.NodePods"),
+        ("DeclarationSource", "kalena.k8s.agent.NodePods"),
+    ],
 )
 def test_every_port_is_implemented_with_the_same_signatures(port, impl):
     """The protocols name what the loop uses; the real implementations offer exactly that."""
+    import importlib
     import inspect
 
-    from kalena.agent import ports, runtime, telemetry, writer
+    from kalena.agent import ports
 
     proto = getattr(ports, port)
-    cls = next(getattr(m, impl) for m in (runtime, writer, telemetry) if hasattr(m, impl))
+    module, _, name = impl.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
     names = [n for n, v in vars(proto).items() if callable(v) and not n.startswith("_")]
     assert names
     for name in names:
@@ -818,3 +828,67 @@ def test_the_cooldown_is_saved_with_the_eviction_record_before_the_signal(harnes
     assert [e.workload for e in saved.in_flight()] == ["batch/low.1"]
     keeper = ContextKeeper.from_json(saved.placement_context)
     assert keeper.cooldowns[("batch/low", 0)] == pytest.approx(saved.in_flight()[0].requeue_until)
+
+
+class Budget:
+    """A cluster's disruptor (as Kubernetes' Eviction API with a PodDisruptionBudget): refuses
+    while ``allowed`` is 0, then accepts and signals the run as the kubelet would."""
+
+    def __init__(self) -> None:
+        self.allowed = 0
+        self.asked: list[tuple[str, float, bool]] = []
+        self.killed: list[str] = []
+        self.pids: dict[str, int] = {}
+
+    def evict(self, workload, grace_s, override, reason):
+        from kalena.agent.ports import Disruption
+
+        self.asked.append((workload, grace_s, override))
+        if self.allowed <= 0:
+            return Disruption(
+                False, "HTTP 429: Cannot evict pod as it would violate the pod's disruption budget."
+            )
+        self.allowed -= 1
+        os.kill(self.pids[workload], signal.SIGTERM)
+        return Disruption(True, "accepted")
+
+    def kill(self, workload, reason):
+        self.killed.append(workload)
+
+
+def test_a_refused_eviction_is_respected_asked_again_each_round_and_has_no_deadline_until_accepted(harness):
+    h = harness()
+    budget = Budget()
+    h.agent.evictor.disruptor = budget
+    h.agent.start()
+    h.submit("low", 1, ram_mib=200)
+    h.submit("high", 5, ram_mib=200)
+    h.step()
+    budget.pids = {j.workload_id: j.pid for j in h.agent.state.jobs.values()}
+    h.telemetry.usage.update({"batch/low.1": {"ram": 0.15}, "batch/high.1": {"ram": 0.15}})
+    h.telemetry.usage["prod/web"] = {"ram": 0.6}
+    assert h.step().evicted == ("batch/low.1",)
+    (rec,) = h.agent.state.in_flight()
+    assert rec.refused is not None and "disruption budget" in rec.refused
+    assert h.agent.evictor.next_deadline() is None  # no deadline to wake for: asked again each round
+    for _ in range(3):
+        h.step(dt=10.0)  # long past the 5 s grace: a refusal is never forced
+    assert budget.killed == [] and len(h.log("eviction-refused")) == 1  # said once
+    assert [a[0] for a in budget.asked] == ["batch/low.1"] * 4 and not any(a[2] for a in budget.asked)
+    os.kill(budget.pids["batch/low.1"], 0)  # still running: the budget holds
+    assert h.agent.state.task("low") is TaskState.EVICTING
+    budget.allowed = 1
+    h.step()
+    assert h.log("eviction-accepted") and h.agent.state.in_flight()[0].refused is None
+    assert h.agent.evictor.next_deadline() == pytest.approx(h.clock.t + 5)  # its grace runs from now
+    assert until_gone(h, "low")
+    os.kill(budget.pids["batch/high.1"], 0)  # the other run was never asked for
+
+
+def until_gone(h: Harness, name: str) -> bool:
+    for _ in range(50):
+        h.step(dt=0.1)
+        if h.agent.state.task(name) is not TaskState.EVICTING:
+            return True
+        time.sleep(0.05)
+    return False

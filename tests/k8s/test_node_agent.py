@@ -10,6 +10,9 @@ ones; the apiserver (TLS, RBAC) takes the agent's evictions and enforces the
 PodDisruptionBudget. kube-controller-manager does not run either, so the test writes the
 budget's status as its disruption controller would.
 
+The agent runs as the ServiceAccount ``kalena k8s render`` makes for it, with exactly its rules
+(tests/k8s/test_rbac.py shows every further verb refused).
+
 Rounds are driven by the test (``agent.step``), so nothing depends on speed: every wait is a
 bound on a hung test.
 """
@@ -33,6 +36,7 @@ import pytest
 from k8s_testlib import install_crd, until
 from kubernetes import client as kclient
 from kubernetes.client.exceptions import ApiException
+from rbac_testlib import account
 
 from kalena.agent.config import AgentConfig
 from kalena.agent.layout import CgroupLayout, LayoutError, detect
@@ -41,6 +45,7 @@ from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import TaskState
 from kalena.k8s.agent import build_k8s_agent
+from kalena.k8s.render import agent_objects
 from kalena.k8s.reports import GROUP, PLURAL, VERSION, read_report
 from kalena.testing.k8s import ControlPlane, NodeSpec
 
@@ -236,8 +241,18 @@ def test_the_daemonset_agent_throttles_batch_and_evicts_it_through_the_eviction_
         escalation=EscalationConfig(rounds=10_000, persist_s=1e9),  # this test is about eviction
     )
     config = AgentConfig(estimate_interval_s=1.0, policy=policy)
+    rendered = [d for d in agent_objects(f"{ns}-kalena") if d["kind"] != "DaemonSet"]
+    grants = contextlib.ExitStack()
+    user, groups = grants.enter_context(account(cp, rendered, f"{ns}-kalena", ns))
+    as_agent = kclient.CoreV1Api(cp.api_client_for(user, groups))
     agent, pods = build_k8s_agent(
-        core, HOST, tmp_path, config=config, driver="auto", kubelet_root=kubelet.root, layout=kubelet.layout
+        as_agent,
+        HOST,
+        tmp_path,
+        config=config,
+        driver="auto",
+        kubelet_root=kubelet.root,
+        layout=kubelet.layout,
     )
     stop = threading.Event()
     pods.start(stop)
@@ -346,6 +361,84 @@ def test_the_daemonset_agent_throttles_batch_and_evicts_it_through_the_eviction_
     finally:
         agent.shutdown()
         stop.set()
-        with contextlib.suppress(ApiException):
-            core.delete_namespace(ns)
+        grants.close()
+        for name in (ns, f"{ns}-kalena"):
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(name)
     assert agent.writer.current(web_cg, Knob.CPU_QUOTA) == web_quota  # restoration
+
+
+def test_the_limit_breach_override_goes_past_a_pdb_and_says_so(
+    control_plane: ControlPlane, host_node: str, kubelet: Kubelet, tmp_path: Path
+) -> None:
+    """A production pod past its own memory limit (the test's kubelet writes no limits, so its
+    process can pass the one it declares) under memory pressure, with a batch pod whose 400 MiB
+    request the node's 512 MiB no longer holds beside it: the limit-breach override takes
+    precedence over everything (seed 000 §3.3), its PodDisruptionBudget included; the agent
+    deletes the pod and its log says which refusal it went past."""
+    cp = control_plane
+    core = cp.core
+    ns = f"agent-{uuid.uuid4().hex[:6]}"
+    cp.ensure_namespace(ns)
+    core.create_namespaced_pod(ns, make_pod("leak", "100m", "64Mi", batch=False, limit_mem="128Mi"))
+    core.create_namespaced_pod(ns, make_pod("fill", "100m", "400Mi", batch=True))
+    leak, fill = running(core, ns, "leak"), running(core, ns, "fill")
+    proc = kubelet.run(leak, "mem", "--mib", "32")
+    kubelet.run(fill, "mem", "--mib", "16")
+    policy_api = kclient.PolicyV1Api(cp.client)
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "leak"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "leak"}}},
+    }
+    made = policy_api.create_namespaced_pod_disruption_budget(ns, pdb)
+    status = {"observedGeneration": made.metadata.generation, "disruptionsAllowed": 0,
+              "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}  # fmt: skip
+    policy_api.patch_namespaced_pod_disruption_budget_status("leak", ns, {"status": status})
+
+    policy = PolicyConfig(
+        eviction=EvictionConfig(min_run_time_s=0, grace_period_s=3, acute_grace_period_s=0),
+        escalation=EscalationConfig(rounds=10_000, persist_s=1e9),
+    )
+    config = AgentConfig(estimate_interval_s=1.0, policy=policy)
+    grants = contextlib.ExitStack()
+    rendered = [d for d in agent_objects(f"{ns}-kalena") if d["kind"] != "DaemonSet"]
+    user, groups = grants.enter_context(account(cp, rendered, f"{ns}-kalena", ns))
+    as_agent = kclient.CoreV1Api(cp.api_client_for(user, groups))
+    agent, pods = build_k8s_agent(
+        as_agent, HOST, tmp_path, config=config, kubelet_root=kubelet.root, layout=kubelet.layout
+    )
+    stop = threading.Event()
+    pods.start(stop)
+    agent.start()
+    leak_id = f"{ns}/leak"
+    try:
+        agent.step()
+        # past its 128 MiB limit, and past the 90 % of the node's 512 MiB where its memory trigger is
+        assert grow(proc, 480) == "at 480"
+
+        def overridden() -> bool:
+            agent.step(agent.notifier.wait(0.5))
+            kubelet.sync(core)
+            return any(x["kind"] == "eviction-override" for x in agent.log.memory)
+
+        assert until(overridden, 60), [x["kind"] for x in agent.log.memory][-20:]
+        evict = next(x for x in agent.log.memory if x["kind"] == "evict" and x["workload"] == leak_id)
+        assert evict["why"]["cause"] == "limit-breach"
+        line = next(x for x in agent.log.memory if x["kind"] == "eviction-override")
+        assert line["workload"] == leak_id and "disruption budget" in line["detail"]
+        assert "limit-breach override" in line["detail"]
+
+        def names() -> list[str]:
+            return [p.metadata.name for p in core.list_namespaced_pod(ns).items]
+
+        assert until(lambda: "leak" not in names(), 30), names()
+        assert evict["victim_order"][0] == leak_id  # the override first, before any batch
+    finally:
+        agent.shutdown()
+        stop.set()
+        grants.close()
+        for name in (ns, f"{ns}-kalena"):
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(name)

@@ -15,34 +15,24 @@ import pytest
 import yaml
 from k8s_testlib import until
 from kubernetes import client as kclient
-from kubernetes import utils as kutils
 from kubernetes.client.exceptions import ApiException
+from rbac_testlib import account, allowed, apply, exactly
 from typer.testing import CliRunner
 
 from kalena.cli.main import app
-from kalena.k8s.render import SCHEDULER, SCHEDULER_LEASE_RULES, SCHEDULER_RULES, objects
+from kalena.k8s.render import (
+    AGENT_RULES,
+    EXTENDER_RULES,
+    SCHEDULER,
+    SCHEDULER_LEASE_RULES,
+    SCHEDULER_RULES,
+    agent_objects,
+    extender_objects,
+    objects,
+)
 from kalena.testing.k8s import ControlPlane, NodeSpec
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
-VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
-
-
-def apply(cp: ControlPlane, docs: list[dict]) -> None:
-    for d in docs:
-        try:
-            kutils.create_from_dict(cp.client, d)
-        except kutils.FailToCreateError as e:
-            if any(getattr(x, "status", None) != 409 for x in e.api_exceptions):
-                raise
-
-
-def allowed(cp: ControlPlane, user: str, groups: list[str], verb: str, resource: str, group: str = "",
-            sub: str = "", namespace: str = "") -> bool:  # fmt: skip
-    attrs = {"verb": verb, "resource": resource, "group": group, "subresource": sub, "namespace": namespace}
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-              "spec": {"user": user, "groups": groups, "resourceAttributes": attrs}}  # fmt: skip
-    got = kclient.AuthorizationV1Api(cp.client).create_subject_access_review(review)
-    return bool(got.status.allowed)
 
 
 def empty(cp: ControlPlane, ns: str) -> None:
@@ -63,7 +53,7 @@ def installed(control_plane: ControlPlane):
     cp = control_plane
     tag = uuid.uuid4().hex[:6]
     ns = f"kalena-rbac-{tag}"
-    docs = objects(ns)
+    docs = objects(ns, components=("scheduler",))
     apply(cp, [d for d in docs if d["kind"] != "ClusterRoleBinding"])
     # one ClusterRoleBinding per test namespace (the rendered one names kalena-system's account)
     (crb,) = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
@@ -78,14 +68,8 @@ def installed(control_plane: ControlPlane):
 
 def test_every_verb_beyond_the_rendered_rules_is_refused(installed):
     cp, ns, _tag, user, groups = installed
-    rules = [(r, ns) for r in SCHEDULER_LEASE_RULES] + [(r, "") for r in SCHEDULER_RULES]
-    for rule, where in rules:
-        for res in rule["resources"]:
-            resource, _, sub = res.partition("/")
-            for verb in VERBS:
-                want = verb in rule["verbs"]
-                got = allowed(cp, user, groups, verb, resource, rule["apiGroups"][0], sub, where)
-                assert got == want, (verb, res, where, "granted" if got else "refused")
+    exactly(cp, user, groups, SCHEDULER_LEASE_RULES, ns)
+    exactly(cp, user, groups, SCHEDULER_RULES)
     # and nothing else: secrets, other namespaces' leases, configmaps, deployments
     assert not allowed(cp, user, groups, "get", "secrets", namespace=ns)
     assert not allowed(cp, user, groups, "get", "leases", "coordination.k8s.io", namespace="kube-system")
@@ -191,3 +175,68 @@ def test_a_second_replica_takes_over_when_the_leader_dies(installed, tmp_path):
                 p.wait(30)
         empty(cp, work)
         cp.core.delete_node(node)
+
+
+@pytest.mark.parametrize(
+    ("make", "rules"), [(agent_objects, AGENT_RULES), (extender_objects, EXTENDER_RULES)]
+)
+def test_the_agent_and_the_extender_get_exactly_their_rules(control_plane: ControlPlane, make, rules):
+    """The agent's own work with those rules is tests/k8s/test_node_agent.py (it runs as this
+    account); here every further verb is refused."""
+    cp = control_plane
+    tag = uuid.uuid4().hex[:6]
+    ns = f"kalena-rbac-{tag}"
+    with account(
+        cp, [d for d in make(ns) if d["kind"] not in ("DaemonSet", "Deployment", "Service")], ns, tag
+    ) as (
+        user,
+        groups,
+    ):
+        exactly(cp, user, groups, rules)
+        assert not allowed(cp, user, groups, "get", "secrets", namespace=ns)
+        assert not allowed(cp, user, groups, "patch", "nodes")
+        assert not allowed(cp, user, groups, "create", "pods", sub="binding")
+    cp.core.delete_namespace(ns)
+
+
+def test_the_extender_works_with_exactly_its_rules(control_plane: ControlPlane):
+    cp = control_plane
+    tag = uuid.uuid4().hex[:6]
+    ns = f"kalena-rbac-{tag}"
+    docs = [d for d in extender_objects(ns) if d["kind"] not in ("Deployment", "Service")]
+    with account(cp, docs, ns, tag) as (user, groups):
+        kubeconfig = cp.kubeconfig_for(user, groups)
+        r = CliRunner().invoke(app, ["k8s", "extender", "--kubeconfig", str(kubeconfig), "--duration", "3"])
+    assert r.exit_code == 0, r.output
+    assert "nodes" in r.output and "serving" in r.output
+    assert "Forbidden" not in r.output and "403" not in r.output, r.output
+    cp.core.delete_namespace(ns)
+
+
+def test_render_writes_a_kustomization_and_the_scheduler_config(tmp_path):
+    out = tmp_path / "kalena"
+    r = CliRunner().invoke(
+        app, ["k8s", "render", "--components", "scheduler,agent,extender", "--out", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    kust = yaml.safe_load((out / "kustomization.yaml").read_text())
+    files = sorted(p.name for p in out.iterdir())
+    assert sorted([*kust["resources"], "kustomization.yaml", "kube-scheduler-config.yaml"]) == files
+    kinds = [d["kind"] for f in kust["resources"] for d in yaml.safe_load_all((out / f).read_text())]
+    assert {"DaemonSet", "Deployment", "Service", "CustomResourceDefinition"} <= set(kinds)
+    assert kinds.count("ClusterRole") == 3  # one per component, each its own rules
+    (ds,) = [
+        d
+        for f in kust["resources"]
+        for d in yaml.safe_load_all((out / f).read_text())
+        if d["kind"] == "DaemonSet"
+    ]
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["k8s", "agent"]
+    config = yaml.safe_load((out / "kube-scheduler-config.yaml").read_text())
+    (ext,) = config["extenders"]
+    assert ext["ignorable"] is True and ext["nodeCacheCapable"] is True and ext["enableHTTPS"] is True
+    printed = CliRunner().invoke(app, ["k8s", "render", "--scheduler-config"])
+    assert yaml.safe_load(printed.stdout) == config
+    bad = CliRunner().invoke(app, ["k8s", "render", "--components", "scheduler,bogus"])
+    assert bad.exit_code == 2 and "--components" in bad.stderr

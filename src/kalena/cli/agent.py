@@ -80,6 +80,18 @@ StateDir = Annotated[
 ]
 
 
+# the options every node agent's command shares (``agent run``, ``k8s agent``)
+SampleInterval = Annotated[float, typer.Option("--sample-interval", help="Seconds per mitigation round.")]
+EstimateInterval = Annotated[float, typer.Option("--estimate-interval", help="Seconds per estimate.")]
+GracePeriod = Annotated[float, typer.Option("--grace-period", help="SIGTERM -> SIGKILL, seconds.")]
+MinRunTime = Annotated[float, typer.Option("--min-run-time", help="Batch exempt this long.")]
+EscalationRounds = Annotated[
+    int, typer.Option("--escalation-rounds", help="Failed mitigation rounds before batch is drained.")
+]
+EscalationPersist = Annotated[
+    float, typer.Option("--escalation-persist", help="Seconds of pressure through mitigation before a drain.")
+]
+
 #: The config field behind each option of ``agent run``: a bad value is reported in the option's name.
 OPTION_OF = {
     ("AgentConfig", "sample_interval_s"): "--sample-interval",
@@ -149,23 +161,12 @@ def run(
     telemetry: Annotated[str, typer.Option("--telemetry", help="cgroupfs or cadvisor.")] = "cgroupfs",
     cadvisor_url: Annotated[str, typer.Option("--cadvisor-url")] = "http://127.0.0.1:4194",
     cadvisor_api: Annotated[str, typer.Option("--cadvisor-api", help="v2.0 or v1.3.")] = "v2.0",
-    sample_interval: Annotated[
-        float, typer.Option("--sample-interval", help="Seconds per mitigation round.")
-    ] = 1.0,
-    estimate_interval: Annotated[
-        float, typer.Option("--estimate-interval", help="Seconds per estimate.")
-    ] = 10.0,
-    grace_period: Annotated[
-        float, typer.Option("--grace-period", help="SIGTERM -> SIGKILL, seconds.")
-    ] = 30.0,
-    min_run_time: Annotated[float, typer.Option("--min-run-time", help="Batch exempt this long.")] = 120.0,
-    escalation_rounds: Annotated[
-        int, typer.Option("--escalation-rounds", help="Failed mitigation rounds before batch is drained.")
-    ] = 3,
-    escalation_persist: Annotated[
-        float,
-        typer.Option("--escalation-persist", help="Seconds of pressure through mitigation before a drain."),
-    ] = 30.0,
+    sample_interval: SampleInterval = 1.0,
+    estimate_interval: EstimateInterval = 10.0,
+    grace_period: GracePeriod = 30.0,
+    min_run_time: MinRunTime = 120.0,
+    escalation_rounds: EscalationRounds = 3,
+    escalation_persist: EscalationPersist = 30.0,
     duration: Duration = 0.0,
     verbose: Annotated[
         bool, typer.Option("--verbose", metavar="", help="One line per round with actions.")
@@ -207,19 +208,11 @@ def run(
         raise fail_with([f"--state-dir: must be a folder, and {state_dir} is a file"], EXIT_BAD_INPUT)
     try:
         decl = None if declaration is None else load_declaration(declaration)
-        policy = PolicyConfig(
-            eviction=EvictionConfig(
-                min_run_time_s=min_run_time, grace_period_s=grace_period, acute_grace_period_s=0.0
-            ),
-            escalation=EscalationConfig(rounds=escalation_rounds, persist_s=escalation_persist),
-        )
-        config = AgentConfig(
-            sample_interval_s=sample_interval, estimate_interval_s=estimate_interval, policy=policy
-        )
     except DeclarationError as e:
         raise fail_with([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
-    except ValueError as e:
-        raise fail_with([_option_problem(e)], EXIT_BAD_INPUT) from None
+    config = agent_config(
+        sample_interval, estimate_interval, grace_period, min_run_time, escalation_rounds, escalation_persist
+    )
     try:
         if runtime == "docker":
             if telemetry != "cgroupfs":
@@ -298,6 +291,22 @@ def run(
             server.stop()
         agent.shutdown()
         agent.log.close()
+
+
+def agent_config(
+    sample_s: float, estimate_s: float, grace_s: float, min_run_s: float, rounds: int, persist_s: float
+) -> AgentConfig:
+    """The agent's config from its options (every node agent's command); exit 2 naming a bad one."""
+    try:
+        policy = PolicyConfig(
+            eviction=EvictionConfig(
+                min_run_time_s=min_run_s, grace_period_s=grace_s, acute_grace_period_s=0.0
+            ),
+            escalation=EscalationConfig(rounds=rounds, persist_s=persist_s),
+        )
+        return AgentConfig(sample_interval_s=sample_s, estimate_interval_s=estimate_s, policy=policy)
+    except ValueError as e:
+        raise fail_with([_option_problem(e)], EXIT_BAD_INPUT) from None
 
 
 def stop_on_signals(duration: float) -> Callable[[], bool]:

@@ -11,7 +11,11 @@ leader's lease was lost (``--leader-elect``: another replica leads; the Deployme
 2 bad input.
 
 ``kalena k8s extender``: Kalena's scheduler extender for kube-scheduler (:mod:`kalena.k8s.extender`).
-Exit codes: 0 stopped, 2 bad input, 3 the apiserver does not answer or the address cannot be served."""
+Exit codes: 0 stopped, 2 bad input, 3 the apiserver does not answer or the address cannot be served.
+
+``kalena k8s agent``: the node agent, enforce-only, as the DaemonSet runs it (:mod:`kalena.k8s.agent`).
+Exit codes: 0 stopped, 2 bad input (a kubeconfig, an option, a corrupt state file), 3 the apiserver
+does not answer, the node is not in it, or the kubelet's cgroups are not on this host."""
 
 from __future__ import annotations
 
@@ -224,19 +228,53 @@ def render_cmd(
     image: Annotated[
         str, typer.Option("--image", help="The image that has the kalena command.")
     ] = "kalena:latest",
+    components: Annotated[
+        str,
+        typer.Option("--components", help="Which, comma-separated: scheduler, agent, extender."),
+    ] = "scheduler,agent",
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write a kustomization into this folder (kubectl apply -k) instead."),
+    ] = None,
+    scheduler_config: Annotated[
+        bool,
+        typer.Option(
+            "--scheduler-config",
+            metavar="",
+            help="Print the KubeSchedulerConfiguration that calls the extender.",
+        ),
+    ] = False,
 ) -> None:
-    """Print Kalena's Kubernetes objects (namespace, NodeReservation CRD, least-privilege RBAC, the
-    leader-elected scheduler Deployment) as YAML, for kubectl apply -f -."""
-    from kalena.k8s.render import render
+    """Print Kalena's Kubernetes objects (namespace, NodeReservation CRD, each component's
+    least-privilege RBAC, the leader-elected scheduler Deployment, the agent DaemonSet, the
+    extender) as YAML, for kubectl apply -f -."""
+    from kalena.k8s import render as r
 
     problems = []
     if not _DNS_LABEL.match(namespace):
         problems.append(f"--namespace: not a DNS label (value: {namespace!r})")
     if not image or any(c.isspace() for c in image):
         problems.append(f"--image: not an image reference (value: {image!r})")
+    chosen = tuple(c.strip() for c in components.split(",") if c.strip())
+    unknown = [c for c in chosen if c not in r.COMPONENTS]
+    if unknown or not chosen:
+        problems.append(f"--components: each one of {', '.join(r.COMPONENTS)} (value: {components!r})")
+    if out is not None and out.exists() and not out.is_dir():
+        problems.append(f"--out: must be a folder, and {out} is a file")
     if problems:
         raise agent_cli.fail_with(problems, agent_cli.EXIT_BAD_INPUT)
-    typer.echo(render(namespace, image), nl=False)
+    if scheduler_config:
+        typer.echo(yaml.safe_dump(r.scheduler_config(namespace), sort_keys=False), nl=False)
+        return
+    if out is None:
+        typer.echo(r.render(namespace, image, chosen), nl=False)
+        return
+    try:
+        written = r.write_kustomization(out, namespace, image, chosen)
+    except OSError as e:
+        raise agent_cli.fail_with([f"--out: {out}: {e.strerror or e}"], agent_cli.EXIT_BAD_INPUT) from None
+    for path in written:
+        typer.echo(str(path))
 
 
 def _core_api(kubeconfig: Path | None) -> Any:
@@ -271,6 +309,90 @@ def _stop_event(duration: float) -> threading.Event:
 
 
 EXTENDER_LISTEN = "127.0.0.1:8471"
+
+
+@app.command("agent")
+def agent_cmd(
+    kubeconfig: Kubeconfig = None,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", envvar="NODE_NAME", help="This node's name in the API (default: the host's)."),
+    ] = None,
+    state_dir: Annotated[
+        Path, typer.Option("--state-dir", help="Folder of the state file and the action log.")
+    ] = Path("/var/lib/kalena"),
+    cgroup_driver: Annotated[
+        str, typer.Option("--cgroup-driver", help="The kubelet's: auto, cgroupfs or systemd.")
+    ] = "auto",
+    kubelet_cgroup_root: Annotated[
+        str, typer.Option("--kubelet-cgroup-root", help="The kubelet's --cgroup-root.")
+    ] = "/",
+    name: SchedulerName = "kalena",
+    infer_batch: InferBatch = False,
+    sample_interval: agent_cli.SampleInterval = 1.0,
+    estimate_interval: agent_cli.EstimateInterval = 10.0,
+    grace_period: agent_cli.GracePeriod = 30.0,
+    min_run_time: agent_cli.MinRunTime = 120.0,
+    escalation_rounds: agent_cli.EscalationRounds = 3,
+    escalation_persist: agent_cli.EscalationPersist = 30.0,
+    duration: agent_cli.Duration = 0.0,
+) -> None:
+    """The node agent on Kubernetes (the DaemonSet's): throttle batch pods on pressure, evict them
+    through the Eviction API, publish this node's NodeReservation."""
+    from kalena.agent.declaration import DeclarationError
+    from kalena.k8s.agent import build_k8s_agent
+    from kalena.k8s.kubelet import DRIVERS, LayoutError
+
+    bad = agent_cli.EXIT_BAD_INPUT
+    if cgroup_driver not in DRIVERS:
+        raise agent_cli.fail_with(
+            [f"--cgroup-driver: must be one of {', '.join(DRIVERS)} (value: {cgroup_driver!r})"], bad
+        )
+    if not kubelet_cgroup_root.startswith("/"):
+        raise agent_cli.fail_with(
+            [f"--kubelet-cgroup-root: must be absolute (value: {kubelet_cgroup_root!r})"], bad
+        )
+    if state_dir.exists() and not state_dir.is_dir():
+        raise agent_cli.fail_with([f"--state-dir: must be a folder, and {state_dir} is a file"], bad)
+    config = agent_cli.agent_config(
+        sample_interval, estimate_interval, grace_period, min_run_time, escalation_rounds, escalation_persist
+    )
+    here = node or socket.gethostname().lower()
+    core = _core_api(kubeconfig)
+
+    def say(line: str) -> None:
+        typer.echo(f"kalena k8s agent: {line}", err=True)
+
+    try:
+        agent, pods = build_k8s_agent(
+            core, here, state_dir, config=config, driver=cgroup_driver, kubelet_root=kubelet_cgroup_root,
+            name=name, infer_batch=infer_batch, log=say,
+        )  # fmt: skip
+    except DeclarationError as e:
+        raise agent_cli.fail_with([p.render() for p in e.problems], agent_cli.EXIT_HOST) from None
+    except LayoutError as e:
+        raise agent_cli.fail_with([f"the kubelet's cgroups: {e}"], agent_cli.EXIT_HOST) from None
+    except Exception as e:  # the apiserver does not answer, or refuses us
+        raise agent_cli.fail_with([f"kalena k8s agent: the apiserver: {e}"], agent_cli.EXIT_HOST) from None
+    should_stop = agent_cli.stop_on_signals(duration)
+    try:
+        agent.start()
+    except ValueError as e:  # a corrupt state file: never guessed at, never overwritten
+        raise agent_cli.fail_with(
+            [f"{state_dir / 'state.json'}: unreadable state file: {e}; move it away to start afresh"], bad
+        ) from None
+    stop = threading.Event()
+    pods.start(stop)
+    where = f"the kubelet's {pods.driver} cgroups under {agent.tree.root}"
+    say(f"node {here}, {where}, {agent.tree.layout.describe()}")
+    for line in agent.sources.report()["psi"]:
+        say(("warning: " if "fallback" in line else "") + f"psi {line}")
+    try:
+        agent.run(should_stop=should_stop)
+    finally:
+        stop.set()
+        agent.shutdown()
+        agent.log.close()
 
 
 @app.command("extender")
