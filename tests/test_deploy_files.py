@@ -235,3 +235,27 @@ def test_there_is_no_swarm_stack_file_yet():
     for name in ("systemd/kalena.service", "systemd/kalena-agent.service", "compose/compose.yaml",
                  "compose/Dockerfile"):  # fmt: skip
         assert f"`{name}`" in readme, name
+
+
+# -- Kubernetes (kalena k8s render) ------------------------------------------------------------------
+
+
+def test_every_rendered_workload_runs_a_valid_kalena_command():
+    """The Deployments and the DaemonSet ``kalena k8s render`` makes run ``kalena`` commands whose
+    every option exists, and the agent's state is where its hostPath keeps it."""
+    from kalena.k8s.render import objects
+
+    made = {}
+    for d in objects(components=("scheduler", "agent", "extender")):
+        if d["kind"] in ("Deployment", "DaemonSet"):
+            (c,) = d["spec"]["template"]["spec"]["containers"]
+            made[d["metadata"]["name"]] = assert_valid_invocation(c["args"], f"render: {d['kind']}")
+            if d["kind"] == "DaemonSet":
+                assert _value(c["args"], "--state-dir") == STATE_DIR
+                paths = {v["hostPath"]["path"] for v in d["spec"]["template"]["spec"]["volumes"]}
+                assert {STATE_DIR, "/sys/fs/cgroup"} <= paths
+    assert made == {
+        "kalena-scheduler": ["k8s", "scheduler"],
+        "kalena-agent": ["k8s", "agent"],
+        "kalena-extender": ["k8s", "extender"],
+    }
