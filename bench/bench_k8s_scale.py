@@ -117,16 +117,27 @@ def populate(cp: ControlPlane, n: int, per_node: int, seed: int) -> tuple[Stubbe
     return stub, time.monotonic() - t0
 
 
-def every(stop: threading.Event, period: float, fn: Callable[[], None]) -> threading.Thread:
-    """``fn`` every ``period`` seconds until ``stop`` (an API error is the run's noise: counted)."""
+def every(stop: threading.Event, period: float, fn: Callable[[], None], workers: int = 1) -> threading.Thread:
+    """``fn`` every ``period`` seconds until ``stop``, on ``workers`` threads (one call taking
+    longer than the period must not slow the rate down); an API error is the run's noise."""
+    pool = ThreadPoolExecutor(max_workers=workers)
+    inflight = threading.Semaphore(workers * 4)  # a bound: a stalled apiserver queues nothing more
+
+    def call() -> None:
+        try:
+            with contextlib.suppress(ApiException):
+                fn()
+        finally:
+            inflight.release()
 
     def loop() -> None:
         next_t = time.monotonic()
         while not stop.is_set():
-            with contextlib.suppress(ApiException):
-                fn()
+            if inflight.acquire(timeout=1.0):
+                pool.submit(call)
             next_t += period
             stop.wait(max(0.0, next_t - time.monotonic()))
+        pool.shutdown(wait=True)
 
     t = threading.Thread(target=loop, daemon=True)
     t.start()
@@ -214,8 +225,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         seq = iter(range(10**9))
 
         def create() -> None:
-            name = f"job-{next(seq):06d}"
             with lock:
+                name = f"job-{next(seq):06d}"
                 created[name] = time.monotonic()
             core.create_namespaced_pod(NS, pod(name, BATCH_CPU, "2Gi", batch=True), _preload_content=False)
 
@@ -248,16 +259,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         per_tick = max(1, len(order) // int(args.report_every))
 
         def reports() -> None:
-            for _ in range(per_tick):
-                stub.report(order[cursor[0] % len(order)])
-                cursor[0] += 1
+            with lock:
+                due = [order[(cursor[0] + i) % len(order)] for i in range(per_tick)]
+                cursor[0] += per_tick
+            for node in due:
+                stub.report(node)
 
         cpu0 = cpu_s(proc.pid)
         t0 = time.monotonic()
         threads = [
-            every(stop, 1.0 / args.rate, create),
+            every(stop, 1.0 / args.rate, create, workers=8),
             every(stop, 0.5, reap),
-            every(stop, 1.0, reports),
+            every(stop, 1.0, reports, workers=4),
         ]
         if args.prod_churn > 0:
             threads.append(every(stop, 1.0 / args.prod_churn, restart_production))
