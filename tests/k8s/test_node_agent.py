@@ -216,6 +216,28 @@ def running(core: kclient.CoreV1Api, ns: str, name: str) -> Any:
     return got["pod"]
 
 
+def start_agent(
+    cp: ControlPlane, ns: str, kubelet: Kubelet, tmp_path: Path, grants: contextlib.ExitStack
+) -> tuple[Any, threading.Event]:
+    """The agent, started, its watches running, as the ServiceAccount ``kalena k8s render`` makes
+    (its grants undone by ``grants``); no minimum run time and a 3 s grace, so the test is short."""
+    policy = PolicyConfig(
+        eviction=EvictionConfig(min_run_time_s=0, grace_period_s=3, acute_grace_period_s=0),
+        escalation=EscalationConfig(rounds=10_000, persist_s=1e9),  # these tests are about eviction
+    )
+    config = AgentConfig(estimate_interval_s=1.0, policy=policy)
+    rendered = [d for d in agent_objects(f"{ns}-kalena") if d["kind"] != "DaemonSet"]
+    user, groups = grants.enter_context(account(cp, rendered, f"{ns}-kalena", ns))
+    as_agent = kclient.CoreV1Api(cp.api_client_for(user, groups))
+    agent, pods = build_k8s_agent(
+        as_agent, HOST, tmp_path, config=config, kubelet_root=kubelet.root, layout=kubelet.layout
+    )
+    stop = threading.Event()
+    pods.start(stop)
+    agent.start()
+    return agent, stop
+
+
 def grow(p: subprocess.Popen[str], mib: int) -> str:
     assert p.stdin is not None and p.stdout is not None
     p.stdin.write(f"grow {mib}\n")
@@ -236,27 +258,8 @@ def test_the_daemonset_agent_throttles_batch_and_evicts_it_through_the_eviction_
     web_mem = kubelet.run(web, "mem", "--mib", "32")
     kubelet.run(spin, "cpu")
 
-    policy = PolicyConfig(
-        eviction=EvictionConfig(min_run_time_s=0, grace_period_s=3, acute_grace_period_s=0),
-        escalation=EscalationConfig(rounds=10_000, persist_s=1e9),  # this test is about eviction
-    )
-    config = AgentConfig(estimate_interval_s=1.0, policy=policy)
-    rendered = [d for d in agent_objects(f"{ns}-kalena") if d["kind"] != "DaemonSet"]
     grants = contextlib.ExitStack()
-    user, groups = grants.enter_context(account(cp, rendered, f"{ns}-kalena", ns))
-    as_agent = kclient.CoreV1Api(cp.api_client_for(user, groups))
-    agent, pods = build_k8s_agent(
-        as_agent,
-        HOST,
-        tmp_path,
-        config=config,
-        driver="auto",
-        kubelet_root=kubelet.root,
-        layout=kubelet.layout,
-    )
-    stop = threading.Event()
-    pods.start(stop)
-    agent.start()
+    agent, stop = start_agent(cp, ns, kubelet, tmp_path, grants)
 
     def step() -> Any:
         r = agent.step(agent.notifier.wait(0.5))
@@ -397,21 +400,8 @@ def test_the_limit_breach_override_goes_past_a_pdb_and_says_so(
               "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}  # fmt: skip
     policy_api.patch_namespaced_pod_disruption_budget_status("leak", ns, {"status": status})
 
-    policy = PolicyConfig(
-        eviction=EvictionConfig(min_run_time_s=0, grace_period_s=3, acute_grace_period_s=0),
-        escalation=EscalationConfig(rounds=10_000, persist_s=1e9),
-    )
-    config = AgentConfig(estimate_interval_s=1.0, policy=policy)
     grants = contextlib.ExitStack()
-    rendered = [d for d in agent_objects(f"{ns}-kalena") if d["kind"] != "DaemonSet"]
-    user, groups = grants.enter_context(account(cp, rendered, f"{ns}-kalena", ns))
-    as_agent = kclient.CoreV1Api(cp.api_client_for(user, groups))
-    agent, pods = build_k8s_agent(
-        as_agent, HOST, tmp_path, config=config, kubelet_root=kubelet.root, layout=kubelet.layout
-    )
-    stop = threading.Event()
-    pods.start(stop)
-    agent.start()
+    agent, stop = start_agent(cp, ns, kubelet, tmp_path, grants)
     leak_id = f"{ns}/leak"
     try:
         agent.step()

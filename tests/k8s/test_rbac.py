@@ -240,3 +240,9 @@ def test_render_writes_a_kustomization_and_the_scheduler_config(tmp_path):
     assert yaml.safe_load(printed.stdout) == config
     bad = CliRunner().invoke(app, ["k8s", "render", "--components", "scheduler,bogus"])
     assert bad.exit_code == 2 and "--components" in bad.stderr
+
+
+def test_rendered_yaml_has_no_anchors():
+    """A dict used twice (the labels of a Deployment) is written out each time, not as &id001."""
+    r = CliRunner().invoke(app, ["k8s", "render", "--components", "scheduler,agent,extender"])
+    assert r.exit_code == 0 and "&id" not in r.stdout and "*id" not in r.stdout

@@ -137,6 +137,18 @@ class Declaration:
         return node_capacity(self.node, ds)
 
 
+def over_capacity(decl: Declaration, source: str, key: str, what: str) -> list[Problem]:
+    """A problem for each dimension where production's requests exceed the node's capacity after
+    DaemonSets (a declaration a shell builds from its runtime is applied whole or not at all)."""
+    cap = decl.capacity().array()
+    total = sum((a.spec.requests.array() for a in decl.production), start=Resources.zero().array())
+    return [
+        Problem(source, key, f"{what} {total[d]:g} exceed the {name} capacity {cap[d]:g}", float(total[d]))
+        for d, name in enumerate(DIMS)
+        if total[d] > cap[d] * (1 + REL_TOL)
+    ]
+
+
 def _quantities(
     raw: Mapping[str, Any], loc: list[str | int], problems: list[Problem], file: str, default: float
 ) -> Resources:

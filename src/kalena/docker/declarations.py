@@ -19,12 +19,11 @@ import math
 import time
 from collections.abc import Callable, Mapping
 
-from kalena.agent.declaration import Adopted, Declaration, DeclarationError
+from kalena.agent.declaration import Adopted, Declaration, DeclarationError, over_capacity
 from kalena.agent.layout import CgroupLayout
 from kalena.core.classify import TIER
 from kalena.core.model import NodeSpec, Tier
-from kalena.core.resources import DIMS, Resources
-from kalena.core.tolerance import REL_TOL
+from kalena.core.resources import Resources
 from kalena.docker.cgroups import container_cgroup
 from kalena.docker.engine import Engine, EngineError, EventWatch
 from kalena.docker.labels import (
@@ -148,18 +147,7 @@ class DockerDeclarations:
             adopted.append(Adopted(spec, cg, started_at=c.started_at))
             containers[cg] = c
         decl = Declaration(node, self.base.memory_limit if self.base else None, tuple(adopted), self.source)
-        cap = decl.capacity().array()
-        total = sum((a.spec.requests.array() for a in decl.production), start=Resources.zero().array())
-        over = [
-            Problem(
-                self.source,
-                "containers",
-                f"running production requests {total[d]:g} exceed the {name} capacity {cap[d]:g}",
-                float(total[d]),
-            )
-            for d, name in enumerate(DIMS)
-            if total[d] > cap[d] * (1 + REL_TOL)
-        ]
+        over = over_capacity(decl, self.source, "containers", "running production requests")
         self._report(tuple(problems))
         if over:
             raise DeclarationError(over)

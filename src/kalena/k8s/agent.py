@@ -44,7 +44,7 @@ from kalena.agent.actionlog import ActionLog
 from kalena.agent.build import build_agent, cgroup_tree
 from kalena.agent.cgroupfs import FsCgroupReader
 from kalena.agent.config import AgentConfig
-from kalena.agent.declaration import Adopted, Declaration, DeclarationError
+from kalena.agent.declaration import Adopted, Declaration, DeclarationError, over_capacity
 from kalena.agent.layout import CgroupLayout, detect
 from kalena.agent.loop import Agent
 from kalena.agent.ports import Disruption, PlacedRun
@@ -54,7 +54,6 @@ from kalena.agent.writer import CgroupWriter
 from kalena.core.messages import ReservationEntry, ReservationReport
 from kalena.core.model import Tier
 from kalena.core.resources import DIMS, Resources
-from kalena.core.tolerance import REL_TOL
 from kalena.ir.errors import Problem
 from kalena.k8s.cache import SCHEDULER_NAME, ClusterCache
 from kalena.k8s.kubelet import Driver, LayoutError, detect_driver, kubepods, pod_cgroup, qos_class
@@ -184,18 +183,7 @@ class NodePods:
             started = _time((raw.get("status") or {}).get("startTime"))
             adopted.append(Adopted(spec, cg, started_at=started))
         decl = Declaration(node, None, tuple(adopted), self.source)
-        cap = decl.capacity().array()
-        total = sum((a.spec.requests.array() for a in decl.production), start=Resources.zero().array())
-        over = [
-            Problem(
-                self.source,
-                "pods",
-                f"production requests {total[d]:g} exceed the {name} allocatable {cap[d]:g} after DaemonSets",
-                float(total[d]),
-            )
-            for d, name in enumerate(DIMS)
-            if total[d] > cap[d] * (1 + REL_TOL)
-        ]
+        over = over_capacity(decl, self.source, "pods", "production requests")
         if over:
             raise DeclarationError(over)
         return decl

@@ -65,6 +65,13 @@ DEFAULT_COMPONENTS = ("scheduler", "agent")
 
 
 RBAC = "rbac.authorization.k8s.io"
+#: The scheduler's and the extender's containers: they only talk to the apiserver (and serve).
+RESTRICTED: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 
 
 def _meta(name: str, namespace: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -111,12 +118,7 @@ def scheduler_objects(
         "image": image,
         "args": ["k8s", "scheduler", "--leader-elect", "--lease-namespace", namespace],
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": RESTRICTED,
     }
     pod = {"serviceAccountName": SCHEDULER, "containers": [container]}
     deployment = {
@@ -190,12 +192,7 @@ def extender_objects(namespace: str = NAMESPACE, image: str = IMAGE) -> list[dic
         ],
         "ports": [{"name": "https", "containerPort": EXTENDER_PORT}],
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": RESTRICTED,
         "volumeMounts": [{"name": "tls", "mountPath": tls, "readOnly": True}],
     }  # fmt: skip
     pod = {
@@ -262,11 +259,23 @@ def objects(
     return [ns, CRD, *(o for c in COMPONENTS if c in components for o in made[c](namespace, image))]
 
 
+class _Plain(yaml.SafeDumper):
+    """Every object written out where it is used: no ``&id001`` anchors for a dict used twice
+    (valid YAML, but not what a person reading a manifest expects)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _dump(docs: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(docs, Dumper=_Plain, sort_keys=False)
+
+
 def render(
     namespace: str = NAMESPACE, image: str = IMAGE, components: tuple[str, ...] = DEFAULT_COMPONENTS
 ) -> str:
     """The objects as one multi-document YAML stream."""
-    return yaml.safe_dump_all(objects(namespace, image, components), sort_keys=False)
+    return _dump(objects(namespace, image, components))
 
 
 def write_kustomization(
@@ -284,17 +293,17 @@ def write_kustomization(
         groups.setdefault(f"{name}.yaml", []).append(d)
     written = []
     for file, group in groups.items():
-        (folder / file).write_text(yaml.safe_dump_all(group, sort_keys=False))
+        (folder / file).write_text(_dump(group))
         written.append(folder / file)
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": list(groups),
     }
-    (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    (folder / "kustomization.yaml").write_text(_dump([kustomization]))
     written.append(folder / "kustomization.yaml")
     if "extender" in components:
         path = folder / "kube-scheduler-config.yaml"
-        path.write_text(yaml.safe_dump(scheduler_config(namespace), sort_keys=False))
+        path.write_text(_dump([scheduler_config(namespace)]))
         written.append(path)
     return written
