@@ -81,7 +81,7 @@ class Irina:
 
 @pytest.fixture(scope="module")
 def irina(tmp_path_factory: pytest.TempPathFactory) -> Irina:
-    paths = irina_paths()  # the packaged copies: an installed Kalena never reads /work/shared
+    paths = irina_paths()  # the packaged copies: an installed Kalena never reads the team's shared folder
     conv = to_v1(*(read_document(p) for p in paths))
     assert conv.infra is not None and conv.workloads is not None and conv.blueprint is not None
     cluster = build_cluster(DocumentSet.of([conv.infra, conv.workloads, conv.blueprint]))
