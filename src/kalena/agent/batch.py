@@ -6,12 +6,14 @@ name; each change below is a move of the core's table, so an illegal one raises:
     submit        -> PENDING (submitted)
     PlaceBatch    PENDING -> PLACED (admitted) -> STARTING (start-requested), saved, then started:
                   -> RUNNING (started) once the runtime returns its pid (exec succeeded), or
-                  -> FAILED (start-failed)
+                  -> FAILED (start-failed); a start the runtime still has under way after its
+                  short wait (a slow container start) stays STARTING: each later admit asks
+                  again first, -> RUNNING (started) | FAILED (start-failed) once it answered
     reap          LIVE -> SUCCEEDED (finished, exit 0) | FAILED (exit-error), RemoveBatch; a run
                   the kernel's OOM killer ended (its cgroup counts an ``oom_kill``): LIVE ->
                   EVICTED (killed-oom) -> PENDING (requeued), as the simulator's kernel kill;
-                  STARTING -> RUNNING (started) for a start a crash cut short, its process up;
-                  a run saved STARTING that the runtime says never started is started now
+                  first, after a crash, STARTING -> RUNNING (started) for a start it cut short,
+                  its process up; a run the runtime says never started is started now
     throttled     RUNNING <-> THROTTLED (throttled | unthrottled): quota below its cpu request
     evictor       LIVE -> EVICTING (the victim's cause) -> EVICTED (exited | grace-expired)
     evicted       EVICTED -> PENDING (requeued), as in the simulator: its cooldown on this node is
@@ -339,13 +341,17 @@ class BatchRuns:
         return tuple(out)
 
     def resume(self, ledger: Ledger, now: float) -> None:
-        """Runs saved STARTING (a crash cut their start short; the agent calls this at start, before
-        anything else can move them): one the runtime says never started is started now; one that
-        did is RUNNING, with the admit line its start may have lost."""
+        """Runs saved STARTING whose start a crash cut short (the agent calls this at start, before
+        anything else can move them, and each round): one the runtime says never started is
+        started now; one that did is RUNNING, with the admit line its start may have lost. A start
+        the runtime has under way is left to :meth:`admit`."""
         for wid, job in self.running().items():
             if self.state.task(job.name) is not TaskState.STARTING:
                 continue
-            if self.runtime.started(job) is False:
+            up = self.runtime.started(job)
+            if up == "starting":
+                continue
+            if up is False:
                 self._start(ledger, job, now)
                 continue
             self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
@@ -443,7 +449,10 @@ class BatchRuns:
 
     # -- admission ------------------------------------------------------------------------------
     def admit(self, ledger: Ledger, now: float) -> tuple[str, ...]:
-        """One scheduling pass over the PENDING jobs (module docstring); returns the runs started."""
+        """One scheduling pass over the PENDING jobs (module docstring), after the answers of the
+        starts left under way; returns the runs admitted whose start did not fail (RUNNING, or
+        STARTING while the runtime's start is under way)."""
+        self._take_answers(ledger, now)
         for name in self.state.names_in(TaskState.REQUEUED):  # only a state file from before the keeper
             if self.state.jobs[name].not_before <= now:
                 self.state.move(name, TaskState.PENDING, now, TransitionReason.COOLDOWN_OVER)
@@ -478,7 +487,16 @@ class BatchRuns:
                 out.append(wid)
         return tuple(out)
 
+    def _take_answers(self, ledger: Ledger, now: float) -> None:
+        """Ask again for each start the runtime left under way: RUNNING or FAILED once it answered
+        (its knobs stay as the rounds since have written them). Here, at the end of the round, as
+        a start: a run enters RUNNING where the rounds that follow throttle it."""
+        for job in list(self.running().values()):
+            if self.state.task(job.name) is TaskState.STARTING and self.runtime.started(job) == "starting":
+                self._launch(ledger, job, now, again=True)
+
     def _start(self, ledger: Ledger, job: JobRecord, now: float) -> bool:
+        """Write the run's cgroup and knobs, so it never runs unthrottled, then start it."""
         assert job.cgroup is not None and job.workload_id is not None
         quota = float(start_quota(job.requests.get("cpu", 0.0), self.config.policy.throttle))
         self.writer.create(job.cgroup, f"admit {job.workload_id}")
@@ -493,8 +511,18 @@ class BatchRuns:
                 *knobs.memory_writes(job),
             ]
         )
+        return self._launch(ledger, job, now)
+
+    def _launch(self, ledger: Ledger, job: JobRecord, now: float, again: bool = False) -> bool:
+        """Ask the runtime to start the run (``again``: for a start it has under way; it never
+        starts a run twice). Its pid: RUNNING; ``None``: still under way, the run stays STARTING
+        and the next round asks again; an error: FAILED. ``False`` only for the failure. The
+        run's admit line is written by the first ask whatever the start does next (a run cancelled
+        or evicted while it starts was admitted all the same), with the pid if it answered; a
+        start that answers later writes a "started" line with it."""
+        assert job.cgroup is not None and job.workload_id is not None
         try:
-            job.pid = self.runtime.start(job, f"admit {job.workload_id}")
+            pid = self.runtime.start(job, f"admit {job.workload_id}")
         except (OSError, ValueError) as e:
             self.state.move(job.name, TaskState.FAILED, now, TransitionReason.START_FAILED)
             ledger.apply(
@@ -509,9 +537,15 @@ class BatchRuns:
             job.why_pending = f"failed to start: {e}"
             self.log.append("finish", now, workload=job.workload_id, status="failed", error=str(e))
             return False
-        # Popen returned: the command was exec'd (an exec failure raises above), so it is up
+        wid, prio = job.workload_id, job.priority
+        if pid is None:
+            if not again:
+                self.log.append("admit", now, workload=wid, pid=None, priority=prio, starting=True)
+            return True
+        # the runtime answered with a pid: the command was exec'd (an exec failure raises above)
+        job.pid = pid
         self.state.move(job.name, TaskState.RUNNING, now, TransitionReason.STARTED)
-        self.log.append("admit", now, workload=job.workload_id, pid=job.pid, priority=job.priority)
+        self.log.append("started" if again else "admit", now, workload=wid, pid=pid, priority=prio)
         return True
 
     def _pending(self, job: JobRecord, why: str, reasons: Sequence[Reason], now: float) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from kalena.agent.declaration import Declaration, DeclarationError, load_declaration
 from kalena.agent.runtime import Intake
@@ -44,8 +44,12 @@ from kalena.agent.writer import KnobWrite, ManagedScope, WriteRecord
 class Runtime(Protocol):
     """What runs batch work on the node."""
 
-    def start(self, job: JobRecord, reason: str) -> int:
-        """Start the job's current run; returns its process id (raises ``OSError``/``ValueError``)."""
+    def start(self, job: JobRecord, reason: str) -> int | None:
+        """Start the job's current run; returns its process id (raises ``OSError``/``ValueError``),
+        or ``None`` when the start is still under way after a short wait (a slow container start
+        must not hold the round): the run stays STARTING, :meth:`started` says ``"starting"``, and
+        calling this again (it never starts the run twice) gives the pid, raises, or says ``None``
+        again."""
         ...
 
     def finished(self, job: JobRecord) -> tuple[bool, int | None]:
@@ -75,10 +79,12 @@ class Runtime(Protocol):
         the runs removed."""
         ...
 
-    def started(self, job: JobRecord) -> bool | None:
-        """Whether the job's current run was ever started (``None``: the runtime cannot tell). Asked
-        after a crash for a run saved STARTING that is not running: never started, it is started
-        now; started, it ended on its own."""
+    def started(self, job: JobRecord) -> bool | Literal["starting"] | None:
+        """Whether the job's current run was ever started (``None``: the runtime cannot tell;
+        ``"starting"``: a :meth:`start` of this runtime's is under way, or its answer not taken
+        yet). Asked each round for a run left STARTING: a start under way is asked again through
+        :meth:`start`; after a crash, a run never started is started now, one started runs or
+        ended on its own."""
         ...
 
     def oom_killed(self, job: JobRecord) -> bool | None:

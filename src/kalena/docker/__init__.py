@@ -5,3 +5,7 @@
 declaration from its running containers), ``runtime`` (batch runs as containers), ``enforcer``
 (production caps through ``docker update``), ``agent`` (the wiring).
 """
+
+#: The engine of a host whose ``DOCKER_HOST`` is unset (here, not in ``engine``: the CLI names it
+#: in its options without importing the Docker SDK).
+DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +19,18 @@ from typing import Any
 
 import docker.errors
 import docker.tls
+import requests
 
 import docker
+from kalena.docker import DEFAULT_ENDPOINT
 from kalena.docker.labels import ContainerFacts
 
-DEFAULT_ENDPOINT = "unix:///var/run/docker.sock"
 #: Engine API calls are local and small; a slow engine is reported, not waited on forever.
 DEFAULT_TIMEOUT_S = 30.0
+#: How long a listing waits for the inspect of a container not started yet: it answers in
+#: milliseconds, unless a start of it is under way (the engine holds the container through its
+#: start, which can take many seconds for batch on a busy machine); then it is left out.
+CREATED_INSPECT_S = 1.0
 
 
 class EngineError(RuntimeError):
@@ -33,6 +39,10 @@ class EngineError(RuntimeError):
     def __init__(self, endpoint: str, message: str) -> None:
         self.endpoint = endpoint
         super().__init__(f"docker engine {endpoint}: {message}")
+
+
+class EngineTimeout(EngineError):
+    """The engine did not answer in time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +119,18 @@ class Engine:
         self.client = client
         self.api = client.api
         self.endpoint = endpoint
+        # containers whose start is under way through this engine (from any thread): the engine
+        # holds a container's lock through its start, so an inspect of one waits for it to end
+        self._starting: Counter[str] = Counter()
+        self._starting_lock = threading.Lock()
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
         except docker.errors.NotFound:
             raise
+        except requests.exceptions.Timeout as e:
+            raise EngineTimeout(self.endpoint, f"{what}: {_reason(e)}") from None
         except (docker.errors.DockerException, OSError) as e:
             raise EngineError(self.endpoint, f"{what}: {_reason(e)}") from None
 
@@ -132,23 +148,53 @@ class Engine:
 
     def containers(self, all: bool = False, label: str | None = None) -> list[ContainerFacts]:
         """Every (running, unless ``all``) container (with ``label``: ``KEY=VALUE`` only those),
-        inspected; one gone meanwhile is left out."""
+        inspected; left out: one gone meanwhile, one this engine is starting, and one not started
+        yet whose inspect does not answer within :data:`CREATED_INSPECT_S` (being started by
+        another client): their inspect would wait for the start, and the next listing has them."""
         filters = {"label": label} if label else None
         listed = self._call("list containers", lambda: self.api.containers(all=all, filters=filters))
+        with self._starting_lock:
+            starting = set(self._starting)
         out = []
         for c in listed:
-            facts = self.inspect(c["Id"])
+            names = {n.lstrip("/") for n in c.get("Names") or []}
+            if starting and (names & starting or c["Id"] in starting):
+                continue
+            bound = CREATED_INSPECT_S if c.get("State") == "created" else None
+            try:
+                facts = self.inspect(c["Id"], timeout_s=bound)
+            except EngineTimeout:
+                continue
             if facts is not None:
                 out.append(facts)
         return out
 
-    def inspect(self, ref: str) -> ContainerFacts | None:
-        """The container ``ref`` (id or name), ``None`` if there is none."""
+    def inspect(self, ref: str, timeout_s: float | None = None) -> ContainerFacts | None:
+        """The container ``ref`` (id or name), ``None`` if there is none. ``timeout_s``: how long to
+        wait (``None``: the client's timeout; past it, :class:`EngineTimeout`)."""
+
+        def go() -> Any:
+            extra = {} if timeout_s is None else {"timeout": timeout_s}
+            res = self.api._get(self.api._url("/containers/{0}/json", ref), **extra)
+            return self.api._result(res, True)
+
         try:
-            data = self._call(f"inspect {ref}", lambda: self.api.inspect_container(ref))
+            data = self._call(f"inspect {ref}", go)
         except docker.errors.NotFound:
             return None
         return ContainerFacts.from_inspect(data)
+
+    def status(self, name: str) -> str | None:
+        """The container ``name``'s state as the engine lists it (``created``, ``running``,
+        ``exited``, ...), ``None`` if there is none. The listing answers at once where an inspect
+        waits for a start under way (``created`` until it has ended)."""
+        wanted = "/" + name
+        filters = {"name": f"^{wanted}$"}
+        listed = self._call(f"list {name}", lambda: self.api.containers(all=True, filters=filters))
+        for c in listed:
+            if wanted in (c.get("Names") or []):
+                return str(c.get("State") or "")
+        return None
 
     def has_image(self, image: str) -> bool:
         try:
@@ -169,8 +215,27 @@ class Engine:
 
         return self._call(f"create {name}", go)
 
-    def start(self, ref: str) -> None:
-        self._call(f"start {ref}", lambda: self.api.start(ref))
+    def start(self, ref: str, timeout_s: float | None = None) -> None:
+        """``docker start``, waiting up to ``timeout_s`` for the engine's answer (``None``: the
+        client's timeout). The engine runs one start of a container at a time: a second request
+        waits for the first and succeeds without starting it again once it runs."""
+
+        def go() -> None:
+            extra = {} if timeout_s is None else {"timeout": timeout_s}
+            res = self.api._post(self.api._url("/containers/{0}/start", ref), **extra)
+            self.api._raise_for_status(res)
+
+        with self._starting_lock:
+            self._starting[ref] += 1
+        try:
+            self._call(f"start {ref}", go)
+        except docker.errors.NotFound as e:  # removed meanwhile: a failed start like any other
+            raise EngineError(self.endpoint, f"start {ref}: {_reason(e)}") from None
+        finally:
+            with self._starting_lock:
+                self._starting[ref] -= 1
+                if self._starting[ref] <= 0:
+                    del self._starting[ref]
 
     def kill(self, ref: str, sig: str) -> bool:
         """Send ``sig``; ``False`` if the container is gone or not running (nothing to signal)."""
