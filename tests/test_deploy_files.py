@@ -39,9 +39,9 @@ def _command(args: list[str]) -> tuple[list[str], Any]:
     cmd: Any = typer.main.get_command(app)
     path: list[str] = []
     for word in args:
-        if not hasattr(cmd, "commands") or word not in cmd.commands:
+        if not hasattr(cmd, "list_commands") or word not in cmd.list_commands(None):
             break
-        cmd = cmd.commands[word]
+        cmd = cmd.get_command(None, word)  # (the root group builds its sub-commands when asked)
         path.append(word)
     return path, cmd
 

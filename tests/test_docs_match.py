@@ -24,10 +24,10 @@ CLI = (DOCS / "cli.md").read_text(encoding="utf-8")
 
 
 def _commands(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
-    if hasattr(cmd, "commands"):  # a group (typer's click, vendored or not)
+    if hasattr(cmd, "list_commands"):  # a group (typer's click, vendored or not; the root's lazy)
         out = []
-        for name, sub in cmd.commands.items():
-            out.extend(_commands(sub, (*path, name)))
+        for name in cmd.list_commands(None):  # (no group of ours reads the context)
+            out.extend(_commands(cmd.get_command(None, name), (*path, name)))
         return out
     return [(path, cmd)]
 

@@ -305,3 +305,43 @@ def test_batch_fits_into_the_reservations_the_agents_report_and_only_fresh_ones(
     assert len(said) == 1, lines
     for n in (a, b):
         kclient.CustomObjectsApi(cp.client).delete_cluster_custom_object(GROUP, VERSION, PLURAL, n)
+
+
+def test_lists_come_from_the_watch_cache_and_an_expired_version_is_listed_afresh(cluster):
+    """The first list is the apiserver's watch cache (``resourceVersion=0``: no read of etcd); a
+    watch whose version expired (410) is followed by a quorum list (``resourceVersion`` unset) and
+    a watch from its version. The 410 is the one part played: the apiserver answers 410 only for
+    a version etcd has compacted away (every 5 minutes), so the watch from version 1 is refused
+    as it would be then, before it reaches the apiserver; every other call is real."""
+    cp, ns, _, _, selector = cluster
+    core = kclient.CoreV1Api(cp.core.api_client)
+    calls: list[dict] = []
+    real = core.list_pod_for_all_namespaces
+
+    def recording(*args, **kwargs):  # the real call, its arguments noted
+        calls.append({k: kwargs.get(k) for k in ("watch", "resource_version")})
+        if kwargs.get("watch") and kwargs.get("resource_version") == "1":
+            raise ApiException(status=410, reason="Gone")  # (played: see the docstring)
+        return real(*args, **kwargs)
+
+    core.list_pod_for_all_namespaces = recording  # type: ignore[method-assign]
+    sched = Scheduler(core, node_selector=selector)
+    sched.sync()
+    assert {"watch": None, "resource_version": "0"} in calls
+    calls.clear()
+    sched.versions["pods"] = "1"  # expired long ago
+    stop = threading.Event()
+    t = threading.Thread(target=sched.watch, args=("pods", stop, 5), daemon=True)
+    t.start()
+    try:
+        # the watch from 1, its 410, a list without a version, a watch from that list's
+        assert until(lambda: sum(1 for c in calls if c["watch"]) >= 2, bound_s=60), calls
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert calls[0] == {"watch": True, "resource_version": "1"}
+    assert calls[1] == {"watch": None, "resource_version": None}, calls
+    assert calls[2]["watch"] and calls[2]["resource_version"] not in (None, "", "0", "1"), calls
+    cp.core.create_namespaced_pod(ns, pod("seen", "100m"))  # and the cache follows the cluster
+    sched.sync()
+    assert f"{ns}/seen" in {v.spec.id for v in sched.view()[2]}

@@ -17,11 +17,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kalena.agent.build import build_agent, purge_host
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import DeclarationError, load_declaration
 from kalena.agent.layout import (
@@ -35,17 +34,20 @@ from kalena.agent.loop import StepReport
 from kalena.agent.psi import PsiTrigger, PsiUnavailable, TriggerSpec
 from kalena.agent.runtime import Submission, SubmissionError, parse_submission, submit
 from kalena.agent.state import StateStore
-from kalena.api.app import make_app
-from kalena.api.queue import check_images
-from kalena.api.serve import ApiServer, BindRefused, Listen, check_bind, is_loopback, parse_listen
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import TERMINAL
 from kalena.core.validate import ConfigError
-from kalena.docker.agent import DOCKER_ROOT, STORE_FILE, build_docker_agent
-from kalena.docker.cgroups import DriverError
-from kalena.docker.engine import DEFAULT_ENDPOINT, EngineError, TlsFiles
+from kalena.docker import DEFAULT_ENDPOINT
 from kalena.store import StoreError
+
+if TYPE_CHECKING:
+    from kalena.api.serve import Listen
+    from kalena.docker.engine import TlsFiles
+
+# The heavy parts (FastAPI, the Docker SDK, the agent's wiring) are imported by the commands that
+# use them: every ``kalena`` command loads this module for its shared options, and a short one
+# (``kalena k8s scheduler``, ``kalena status``) should not pay for them at its start.
 
 app = typer.Typer(help="The Linux node agent: cgroups, PSI, throttling and eviction.", no_args_is_help=True)
 
@@ -124,6 +126,8 @@ def tls_files(ca: Path | None, cert: Path | None, key: Path | None) -> TlsFiles 
     if not all(given):
         raise fail_with(["--tls-ca, --tls-cert, --tls-key: give all three or none"], EXIT_BAD_INPUT)
     assert ca is not None and cert is not None and key is not None
+    from kalena.docker.engine import TlsFiles
+
     return TlsFiles(ca, cert, key)
 
 
@@ -198,6 +202,14 @@ def run(
         raise fail_with([f"--runtime: must be process or docker (value: {runtime!r})"], EXIT_BAD_INPUT)
     if declaration is None and runtime == "process":
         raise fail_with(["--declaration: the process runtime needs the node declaration"], EXIT_BAD_INPUT)
+    from kalena.agent.build import build_agent
+    from kalena.api.app import make_app
+    from kalena.api.queue import check_images
+    from kalena.api.serve import ApiServer, is_loopback
+    from kalena.docker.agent import DOCKER_ROOT, STORE_FILE, build_docker_agent
+    from kalena.docker.cgroups import DriverError
+    from kalena.docker.engine import EngineError
+
     tls = tls_files(tls_ca, tls_cert, tls_key)
     if telemetry not in ("cgroupfs", "cadvisor"):
         raise fail_with([f"--telemetry: must be cgroupfs or cadvisor (value: {telemetry!r})"], EXIT_BAD_INPUT)
@@ -352,6 +364,8 @@ def _join_options(join: str | None, token_file: Path | None, ca: Path | None, ru
 
 def _not_a_store(state_dir: Path) -> None:
     """A Docker agent's folder keeps its queue in its store, not in an inbox: say where to go."""
+    from kalena.docker.agent import STORE_FILE
+
     if (state_dir / STORE_FILE).exists():
         db = state_dir / STORE_FILE
         raise fail_with(
@@ -377,6 +391,8 @@ def api_options(
     for f, opt in ((cert, "--api-tls-cert"), (key, "--api-tls-key")):
         if f is not None and not f.is_file():
             raise fail_with([f"{opt}: no such file (value: {str(f)!r})"], EXIT_BAD_INPUT)
+    from kalena.api.serve import BindRefused, check_bind, parse_listen
+
     try:
         where = parse_listen(listen)
         check_bind(where, token)
@@ -472,6 +488,8 @@ def purge(
     except DeclarationError as e:
         raise fail_with([p.render() for p in e.problems], EXIT_BAD_INPUT) from None
     _check_cgroup_root(cgroup_root)
+    from kalena.agent.build import purge_host
+
     try:
         tree, done = purge_host(decl, cgroup_root)
     except (LayoutError, OSError) as e:

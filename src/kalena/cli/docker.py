@@ -18,8 +18,8 @@ from kalena.api.app import make_app
 from kalena.api.serve import DEFAULT_LISTEN, ApiServer
 from kalena.cli import agent as agent_cli
 from kalena.core.lifecycle import LostRequeueConfig
+from kalena.docker import DEFAULT_ENDPOINT
 from kalena.docker.cluster import Cluster
-from kalena.docker.engine import DEFAULT_ENDPOINT
 from kalena.store import Store, StoreError
 
 app = typer.Typer(help="Kalena on Docker hosts.", no_args_is_help=True)

@@ -25,7 +25,7 @@ from kalena.agent.jobfile import load_job_file
 from kalena.agent.runtime import SubmissionError
 from kalena.api import queue
 from kalena.cli import agent as agent_cli
-from kalena.docker.engine import DEFAULT_ENDPOINT
+from kalena.docker import DEFAULT_ENDPOINT
 from kalena.store import Store, StoreConflict, StoreError
 from kalena.store.why import timeline, when
 

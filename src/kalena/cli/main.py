@@ -1,19 +1,62 @@
 """The ``kalena`` command: a thin registry of sub-commands, one module per sub-command.
 
-Each sub-command lives in its own module under ``kalena.cli`` and exposes a Typer ``app``;
-this file only wires them together (``kalena ir ...`` is :mod:`kalena.cli.ir`).
+Each sub-command lives in its own module under ``kalena.cli`` and exposes a Typer ``app`` (or one
+command function); this file only names them (``kalena ir ...`` is :mod:`kalena.cli.ir`). A
+sub-command's module is imported only when it runs (or a help page lists it): ``kalena status``
+does not load the simulator, nor ``kalena k8s scheduler`` FastAPI.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import importlib
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from kalena import __version__
-from kalena.cli import agent as agent_cli
-from kalena.cli import deployable, docker, ir, jobs, k8s
-from kalena.cli import simulate as simulate_cli
+
+#: name -> (module, attribute): a Typer app (a group of commands) or a command function
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "ir": ("kalena.cli.ir", "app"),
+    "simulate": ("kalena.cli.simulate", "simulate"),
+    "agent": ("kalena.cli.agent", "app"),
+    "deployable": ("kalena.cli.deployable", "command"),
+    "submit": ("kalena.cli.jobs", "submit"),
+    "jobs": ("kalena.cli.jobs", "jobs"),
+    "status": ("kalena.cli.jobs", "status"),
+    "job": ("kalena.cli.jobs", "job_app"),
+    "docker": ("kalena.cli.docker", "app"),
+    "k8s": ("kalena.cli.k8s", "app"),
+}
+
+
+class _LazyGroup(TyperGroup):
+    """The root group: each sub-command built from its module the first time it is asked for."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._built: dict[str, Any] = {}
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), *SUBCOMMANDS]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in SUBCOMMANDS:
+            return super().get_command(ctx, cmd_name)
+        if cmd_name not in self._built:
+            module, attr = SUBCOMMANDS[cmd_name]
+            obj = getattr(importlib.import_module(module), attr)
+            if isinstance(obj, typer.Typer):
+                cmd = typer.main.get_group(obj)
+            else:  # one function: a Typer of its own, so its options are read as Typer reads them
+                one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+                one.command(cmd_name)(obj)
+                cmd = typer.main.get_command(one)
+            cmd.name = cmd_name
+            self._built[cmd_name] = cmd
+        return self._built[cmd_name]
+
 
 app = typer.Typer(
     name="kalena",
@@ -21,17 +64,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_LazyGroup,
 )
-app.add_typer(ir.app, name="ir")
-app.command("simulate")(simulate_cli.simulate)
-app.add_typer(agent_cli.app, name="agent")
-app.command("deployable")(deployable.command)
-app.command("submit")(jobs.submit)
-app.command("jobs")(jobs.jobs)
-app.command("status")(jobs.status)
-app.add_typer(jobs.job_app, name="job")
-app.add_typer(docker.app, name="docker")
-app.add_typer(k8s.app, name="k8s")
 
 
 def _version(value: bool) -> None:

@@ -87,6 +87,7 @@ class ClusterCache:
         self.changed = threading.Event()
         self.lock = threading.Lock()
         self._watches: dict[str, kwatch.Watch] = {}  # each kind's open watch (closed at stop)
+        self._expired: set[str] = set()  # kinds whose watch found its version expired (410)
 
     # -- list and watch ---------------------------------------------------------------------------
     def _lister(self, what: str) -> tuple[Callable[..., Any], dict[str, Any]]:
@@ -97,7 +98,14 @@ class ClusterCache:
         return self.custom.list_cluster_custom_object, {"group": GROUP, "version": VERSION, "plural": PLURAL}
 
     def _list(self, what: str) -> None:
+        """List ``what``: from the apiserver's watch cache (``resourceVersion=0``: no read of etcd,
+        far cheaper for 10,000 objects, possibly a moment behind, which the watch from its
+        version then catches up on), except just after a watch found its version expired (410),
+        when the list is a quorum read (``resourceVersion`` unset): a watch cache that is itself
+        behind would hand back the expired version again (client-go's reflector does the same)."""
         fn, kw = self._lister(what)
+        if what not in self._expired:
+            kw = {**kw, "resource_version": "0"}
         try:
             data = read_json(fn(_preload_content=False, **kw))
         except ApiException as e:
@@ -110,6 +118,7 @@ class ClusterCache:
         with self.lock:
             setattr(self, what, items)
             self.versions[what] = str((data.get("metadata") or {}).get("resourceVersion") or "")
+            self._expired.discard(what)
             self.generation += 1
         self.changed.set()
 
@@ -157,12 +166,12 @@ class ClusterCache:
                     raw = ev.get("object") or {}
                     if ev.get("type") == "ERROR":
                         if raw.get("code") == 410:
-                            self.versions[what] = ""  # too old: list again
+                            self._expire(what)  # too old: list again
                         break
                     self.apply_event(what, str(ev.get("type")), raw)
             except ApiException as e:
                 if e.status == 410:
-                    self.versions[what] = ""
+                    self._expire(what)
                 else:
                     stop.wait(1.0)  # the apiserver restarts, say: try again
             except KeyError:
@@ -170,10 +179,15 @@ class ClusterCache:
                 # reads a key only its own decoding adds); that error is the 410 of a restarted
                 # apiserver, whose watch cache begins after our version: list again, or the
                 # same watch fails forever
-                self.versions[what] = ""
+                self._expire(what)
                 stop.wait(1.0)
             except Exception:  # a broken stream (connection reset, the apiserver went away)
                 stop.wait(1.0)
+
+    def _expire(self, what: str) -> None:
+        """``what``'s version is too old to watch from: the next list is a quorum read."""
+        self._expired.add(what)
+        self.versions[what] = ""
 
     def watch_all(self, stop: threading.Event) -> list[threading.Thread]:
         """A started thread per watched kind, each following it until ``stop``."""

@@ -12,7 +12,8 @@ label says. Every pass:
    requests; a node the ledger cannot hold is left out of placement and said once);
 3. **placement**: the core's :func:`~kalena.core.placement.schedule` for the pending pods, with
    image locality from each node's ``status.images``, highest priority first and ``chunk`` pods
-   at a time on the same ledger (each chunk's binds are sent while the next one is placed);
+   at a time on the same ledger (a first chunk of 50, so binding begins early; each chunk's
+   binds are sent while the next one is placed);
 4. **binding**: ``pods/binding`` with the pod's UID as precondition, ``binders`` binds in flight
    (with the watches, they fit the API client's connection pool). A 409 (the pod was bound by
    someone else, or deleted and made again under its name) is optimistic concurrency doing its
@@ -54,6 +55,7 @@ from kalena.k8s.reports import STALE_AFTER_S
 COMPONENT = "kalena-scheduler"
 BINDERS = 6  # binds in flight at most (the apiserver's round trip overlapped; measured in bench/)
 CHUNK = 500  # pods per call of the core's schedule: the binds of one go out while the next is placed
+FIRST_CHUNK = 50  # the first call's: binding begins as soon as a few pods are placed
 TELLERS = 2  # events and conditions in flight at most
 RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # between an event's tries: 30 s, a restarted apiserver's time
 
@@ -208,10 +210,12 @@ class Scheduler(ClusterCache):
         binds = _Binds(self, out)
         try:
             # a chunk's binds are in flight while the next chunk is placed on the same ledger
-            for k in range(0, len(specs), self.chunk):
+            k = 0
+            while k < len(specs):
                 if binds.failed.is_set():  # the apiserver refused one: place no more this pass
                     break
-                part = specs[k : k + self.chunk]
+                size = self.chunk if k else min(self.chunk, FIRST_CHUNK)
+                part, k = specs[k : k + size], k + size
                 ctx = keeper.context(self.clock(), part)
                 if eligible is not None:
                     ctx = dataclasses.replace(ctx, eligible=eligible)
