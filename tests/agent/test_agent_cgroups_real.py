@@ -129,3 +129,76 @@ def test_purge_kills_and_removes_a_whole_subtree(real_tree, spawn):
     assert w.purge("", "uninstall")
     assert all(k.wait(10) == -signal.SIGKILL for k in kids)
     assert not any(real_tree.dir(h, "").exists() for h in real_tree.layout.hierarchies)
+
+
+def _plan(workload: str, quota: float):
+    from kalena.core.enforcement.throttle import ThrottleCause, ThrottleDecision, ThrottlePlan
+    from kalena.core.verdict import Reason, ReasonCode
+
+    why = Reason(ReasonCode.COMPRESSIBLE_PRESSURE, detail="test")
+    d = ThrottleDecision(workload, "cpu", quota, 1, ThrottleCause.SLACK, why)
+    return ThrottlePlan("n", 0, 0.0, False, 0.0, quota, quota, None, (d,), ())
+
+
+def test_a_run_whose_children_set_quotas_is_throttled_below_them_and_they_get_theirs_back(real_tree):
+    """A Kubernetes batch pod with CPU limits: on cgroup v1 each container's cgroup has a quota of
+    its own, and the kernel refuses the pod's quota below it (EINVAL). Those children are lowered
+    with the run, first, and get their own quota back once the run's is above it; a child without
+    a quota is not touched. On v2 (no such rule) the children are never written."""
+    from kalena.agent import knobs
+    from kalena.agent.state import JobRecord
+
+    records: list = []
+    w = _writer(real_tree, records)
+    for name in ("batch/pod", "batch/pod/c-limited", "batch/pod/c-free", "batch/pod/c-limited/inner"):
+        w.create(name, "test")
+    v1 = real_tree.layout.home("cpu").version == 1
+    # the kubelet's part: the pod's quota, its limited container's (1.5 cores), and below it one more
+    assert all(
+        r.ok
+        for r in w.apply(
+            [KnobWrite("batch/pod", Knob.CPU_QUOTA, 2.0, "kubelet"),
+             KnobWrite("batch/pod/c-limited", Knob.CPU_QUOTA, 1.5, "kubelet"),
+             KnobWrite("batch/pod/c-limited/inner", Knob.CPU_QUOTA, 1.0, "kubelet")]
+        )
+    )  # fmt: skip
+    job = JobRecord("pod", ["true"], {"cpu": 1.0}, None, 1, 0.0, cgroup="batch/pod", workload_id="batch/pod")
+    runs = {"batch/pod": job}
+    originals: dict[str, float] = {}
+
+    def round_of(quota: float) -> list:
+        plan = _plan("batch/pod", quota)
+        return list(w.apply(knobs.batch_writes(plan, runs) + knobs.nested_writes(plan, runs, originals, w)))
+
+    out = round_of(0.25)  # throttled below every container's limit
+    assert all(r.ok for r in out), [(r.cgroup, r.outcome) for r in out]
+    assert w.current("batch/pod", Knob.CPU_QUOTA) == pytest.approx(0.25)
+    if v1:
+        assert w.current("batch/pod/c-limited", Knob.CPU_QUOTA) == pytest.approx(0.25)
+        assert w.current("batch/pod/c-limited/inner", Knob.CPU_QUOTA) == pytest.approx(0.25)
+        assert originals == {"batch/pod/c-limited": pytest.approx(1.5), "batch/pod/c-limited/inner": 1.0}
+        # written deepest first: a parent is never below its child
+        order = [r.cgroup for r in out if r.path.endswith("cpu.cfs_quota_us")]
+        assert order.index("batch/pod/c-limited/inner") < order.index("batch/pod/c-limited")
+        assert order.index("batch/pod/c-limited") < order.index("batch/pod")
+    else:
+        assert originals == {}  # v2: nothing to lower
+        assert w.current("batch/pod/c-limited", Knob.CPU_QUOTA) == pytest.approx(1.5)
+    assert w.current("batch/pod/c-free", Knob.CPU_QUOTA) == math.inf  # no quota: untouched
+
+    out = round_of(1.2)  # above the inner one's own: it gets its 1.0 back; c-limited stays lowered
+    assert all(r.ok for r in out), [(r.cgroup, r.outcome) for r in out]
+    if v1:
+        assert w.current("batch/pod/c-limited", Knob.CPU_QUOTA) == pytest.approx(1.2)
+        assert w.current("batch/pod/c-limited/inner", Knob.CPU_QUOTA) == pytest.approx(1.0)
+        assert originals == {"batch/pod/c-limited": pytest.approx(1.5)}
+
+    out = round_of(2.0)  # unthrottled: every container has its own quota again
+    assert all(r.ok for r in out), [(r.cgroup, r.outcome) for r in out]
+    assert w.current("batch/pod/c-limited", Knob.CPU_QUOTA) == pytest.approx(1.5)
+    assert w.current("batch/pod/c-limited/inner", Knob.CPU_QUOTA) == pytest.approx(1.0)
+    assert originals == {}
+
+    round_of(0.25)
+    runs.clear()  # the run ended: what was kept of its children goes with it
+    assert knobs.nested_writes(_plan("batch/pod", 0.25), runs, originals, w) == [] and originals == {}

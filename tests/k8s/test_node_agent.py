@@ -36,6 +36,7 @@ import pytest
 from k8s_testlib import install_crd, until
 from kubernetes import client as kclient
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
 from rbac_testlib import account
 
 from kalena.agent.config import AgentConfig
@@ -92,12 +93,22 @@ class Kubelet:
         return f"{self.root}/{parent[qos]}/pod{pod.metadata.uid}"
 
     def run(self, pod: Any, *load: str) -> subprocess.Popen[str]:
-        """Start one of the pod's processes in its container cgroup (made with the pod's)."""
+        """Start one of the pod's processes in its container cgroup (made with the pod's; with a
+        CPU limit, the pod's and the container's quota written as the kubelet writes them)."""
         uid = pod.metadata.uid
         cg = self.cgroups.setdefault(uid, self.pod_cgroup(pod))
         self.grace[uid] = float(pod.spec.termination_grace_period_seconds or 30)
         for d in self.dirs(f"{cg}/c0"):
             d.mkdir(parents=True, exist_ok=True)
+        limit = (pod.spec.containers[0].resources.limits or {}).get("cpu") if uid not in self.procs else None
+        cpu = self.layout.home("cpu")
+        if limit and cpu is not None:
+            quota = int(float(parse_quantity(limit)) * 100_000)
+            for d in (cpu.dir(cg), cpu.dir(f"{cg}/c0")):  # the pod's first: v1 checks children
+                if (d / "cpu.cfs_quota_us").exists():
+                    (d / "cpu.cfs_quota_us").write_text(str(quota))
+                elif (d / "cpu.max").exists():
+                    (d / "cpu.max").write_text(f"{quota} 100000")
         files = [d / "cgroup.procs" for d in self.dirs(f"{cg}/c0")]
 
         def enter() -> None:
@@ -188,10 +199,13 @@ def host_node(control_plane: ControlPlane) -> Iterator[str]:
             control_plane.core.delete_node(HOST)
 
 
-def make_pod(name: str, cpu: str, mem: str, *, batch: bool, limit_mem: str | None = None) -> dict:
+def make_pod(
+    name: str, cpu: str, mem: str, *, batch: bool, limit_mem: str | None = None, limit_cpu: str | None = None
+) -> dict:
     res: dict[str, Any] = {"requests": {"cpu": cpu, "memory": mem}}
-    if limit_mem:
-        res["limits"] = {"memory": limit_mem}
+    limits = {k: v for k, v in (("memory", limit_mem), ("cpu", limit_cpu)) if v}
+    if limits:
+        res["limits"] = limits
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -253,7 +267,9 @@ def test_the_daemonset_agent_throttles_batch_and_evicts_it_through_the_eviction_
     ns = f"agent-{uuid.uuid4().hex[:6]}"
     cp.ensure_namespace(ns)
     web = core.create_namespaced_pod(ns, make_pod("web", "250m", "64Mi", batch=False, limit_mem="480Mi"))
-    spin = core.create_namespaced_pod(ns, make_pod("spin", "500m", "192Mi", batch=True))
+    # a CPU limit: on cgroup v1 its container's cgroup has a quota of its own, which the pod's may
+    # not go below (the agent lowers the container's with it)
+    spin = core.create_namespaced_pod(ns, make_pod("spin", "500m", "192Mi", batch=True, limit_cpu="2"))
     web, spin = running(core, ns, "web"), running(core, ns, "spin")
     web_mem = kubelet.run(web, "mem", "--mib", "32")
     kubelet.run(spin, "cpu")
@@ -291,6 +307,13 @@ def test_the_daemonset_agent_throttles_batch_and_evicts_it_through_the_eviction_
             return q is not None and q < q0
 
         assert until(cut, 60), "the batch pod's quota was never cut"
+        container = agent.writer.current(f"{spin_cg}/c0", Knob.CPU_QUOTA)
+        assert container is not None and container <= agent.writer.current(spin_cg, Knob.CPU_QUOTA)
+        lowered = agent.state.nested_originals
+        if kubelet.layout.home("cpu").version == 1:  # lowered with the pod, its own limit kept
+            assert lowered == {f"{spin_cg}/c0": pytest.approx(2.0)}
+        else:  # v2: cpu.max holds along the path, the container's own limit is left as it is
+            assert lowered == {}
         throttles = [
             x for x in agent.log.memory if x["kind"] == "throttle" and x["why"]["workload"] == spin_id
         ]

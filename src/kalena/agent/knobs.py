@@ -5,6 +5,9 @@
   slack memory is denied (the kernel reclaims it back toward what it asked for instead of
   letting it grow into memory the ledger never gave it; seed 000 §2.7: slack memory is off by
   default), else its limit;
+* on cgroup v1, a batch run's descendants that set a CPU quota of their own (a Kubernetes pod's
+  containers with CPU limits): the smaller of theirs and the run's, since the kernel refuses a
+  quota below a descendant's; their own (kept in the state file) once the run's is above it;
 * every production cgroup: the anti-starvation cap while the core asks for one; the quota it had
   before the first cap (kept in the state file) once the cap is no longer asked for;
 * Kalena's root: the node's memory limit when the declaration sets one.
@@ -34,6 +37,36 @@ def batch_writes(plan: ThrottlePlan, runs: Mapping[str, JobRecord]) -> list[Knob
         if d.weight is not None:
             out.append(KnobWrite(job.cgroup, Knob.CPU_WEIGHT, d.weight, f"batch weight {d.weight}"))
         out.extend(memory_writes(job))
+    return out
+
+
+def nested_writes(
+    plan: ThrottlePlan,
+    runs: Mapping[str, JobRecord],
+    originals: MutableMapping[str, float],
+    writer: CgroupWriter,
+) -> list[KnobWrite]:
+    """The quotas of the runs' descendants that set one (cgroup v1 only: module docstring).
+
+    ``originals`` (descendant cgroup -> its own quota, cores) is updated in place: the first
+    lowering records the quota found, the restoration forgets it, and so does the end of its run.
+    The writer orders the writes: a descendant narrows before its run, and widens after it.
+    """
+    out = []
+    for d in plan.decisions:
+        job = runs.get(d.workload)
+        if job is None or job.cgroup is None:
+            continue
+        for cg, found in sorted(writer.nested_quotas(job.cgroup).items()):
+            own = originals.get(cg, found)
+            if d.quota < own:
+                originals.setdefault(cg, found)
+                out.append(KnobWrite(cg, Knob.CPU_QUOTA, d.quota, f"lower {cg} with its run {d.workload}"))
+            elif cg in originals:
+                out.append(KnobWrite(cg, Knob.CPU_QUOTA, originals.pop(cg), f"restore {cg}: its own quota"))
+    running = [job.cgroup for job in runs.values() if job.cgroup]
+    for cg in [c for c in originals if not any(c.startswith(f"{r}/") for r in running)]:
+        del originals[cg]  # its run ended: its cgroups are gone with it
     return out
 
 

@@ -358,10 +358,11 @@ class Agent:
         starv = d.starvation_decision(k)
         runs = self.batch.running()
         production = {a.spec.id: a.cgroup for a in self.declaration.production}
+        originals = (dict(self.state.production_originals), dict(self.state.nested_originals))
         writes = knobs.batch_writes(tplan, runs)
-        originals = dict(self.state.production_originals)
+        writes += knobs.nested_writes(tplan, runs, self.state.nested_originals, self.writer)
         writes += knobs.production_writes(starv, production, self.state.production_originals, self.writer)
-        if self.state.production_originals != originals:
+        if (self.state.production_originals, self.state.nested_originals) != originals:
             self.store.save(self.state)  # write-ahead: a cap is never in force without its undo saved
         records = self.writer.apply(writes)
         below = view.ids[d.below_request].tolist()  # the core's rule: quota below the cpu request

@@ -128,6 +128,8 @@ class AgentState:
     reservations: dict[str, list[float]] = field(default_factory=dict)
     first_seen: dict[str, float] = field(default_factory=dict)
     production_originals: dict[str, float] = field(default_factory=dict)
+    # cgroup v1: batch runs' descendants lowered with their run -> their own quota (knobs.nested_writes)
+    nested_originals: dict[str, float] = field(default_factory=dict)
     round_state: dict[str, Any] | None = None  # the core round's RoundState (kalena.core.controller)
     slack_ineligible_until: float | None = None  # legacy: see above
     placement_context: dict[str, Any] | None = None  # the ContextKeeper's JSON (BatchRuns keeps it)

@@ -249,6 +249,26 @@ class CgroupWriter:
             return value / self._period_us(h, d)
         return value
 
+    def nested_quotas(self, name: str) -> dict[str, float]:
+        """The CPU quotas (cores) of ``name``'s descendants that set one, on a cgroup v1 CPU
+        hierarchy: there the kernel refuses (EINVAL) a quota below a descendant's, so those are
+        lowered with it (:func:`kalena.agent.knobs.nested_writes`). ``{}`` on v2, whose ``cpu.max``
+        is not checked along the path (each level bounds what is below it)."""
+        h = self._knob_home(Knob.CPU_QUOTA)
+        if h is None or h.version != 1:
+            return {}
+        base = self.tree.dir(h, name)
+        out: dict[str, float] = {}
+        for d, _, _ in os.walk(base):
+            rel = os.path.relpath(d, base)
+            if rel == ".":
+                continue
+            child = f"{name}/{rel}" if name else rel
+            q = self.current(child, Knob.CPU_QUOTA)
+            if q is not None and math.isfinite(q):
+                out[child] = q
+        return out
+
     @staticmethod
     def _decode(filename: str, text: str) -> float:
         """A file's current value in the unit the comparison uses (quota us, shares, bytes)."""
