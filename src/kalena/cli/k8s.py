@@ -154,13 +154,13 @@ def scheduler(
     duration: agent_cli.Duration = 0.0,
 ) -> None:
     """Kalena's secondary scheduler: place pods with schedulerName kalena into the slack."""
-    from kalena.k8s.scheduler import Scheduler
+    from kalena.k8s.scheduler import POOL, Scheduler
 
     if not every > 0:
         raise agent_cli.fail_with(
             [f"--every: must be more than 0 (value: {every})"], agent_cli.EXIT_BAD_INPUT
         )
-    core = _core_api(kubeconfig)
+    core = _core_api(kubeconfig, pool=POOL)
     sched = Scheduler(
         core, name=name, node_selector=node_selector, infer_batch=infer_batch,
         log=lambda line: typer.echo(f"kalena k8s scheduler: {line}", err=True),
@@ -277,8 +277,9 @@ def render_cmd(
         typer.echo(str(path))
 
 
-def _core_api(kubeconfig: Path | None) -> Any:
-    """The API's client from ``kubeconfig`` (else the in-cluster config); exit 2 if unusable."""
+def _core_api(kubeconfig: Path | None, pool: int | None = None) -> Any:
+    """The API's client from ``kubeconfig`` (else the in-cluster config), with ``pool``
+    connections kept (default: the client's, 5 a core); exit 2 if unusable."""
     from kubernetes import client as kclient
     from kubernetes import config as kconfig
     from kubernetes.config.config_exception import ConfigException
@@ -291,7 +292,11 @@ def _core_api(kubeconfig: Path | None) -> Any:
     except (ConfigException, OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as e:
         where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config"
         raise agent_cli.fail_with([f"{where}: cannot be used: {e}"], agent_cli.EXIT_BAD_INPUT) from None
-    return kclient.CoreV1Api()
+    if pool is None:
+        return kclient.CoreV1Api()
+    conf = kclient.Configuration.get_default_copy()
+    conf.connection_pool_maxsize = pool
+    return kclient.CoreV1Api(kclient.ApiClient(conf))
 
 
 def _stop_event(duration: float) -> threading.Event:

@@ -23,6 +23,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,9 +124,11 @@ class ClusterCache:
         self.changed.set()
 
     def sync(self) -> None:
-        """List nodes, pods and the agents' reports afresh."""
-        for what in WATCHED:
-            self._list(what)
+        """List nodes, pods and the agents' reports afresh, all at once: the apiserver encodes one
+        list while this process reads another (at 5,000 nodes and 10,000 pods, seconds each)."""
+        with ThreadPoolExecutor(len(WATCHED), thread_name_prefix="kalena-list") as pool:
+            for f in [pool.submit(self._list, what) for what in WATCHED]:
+                f.result()
 
     def apply_event(self, what: str, kind: str, obj: Mapping[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED, BOOKMARK) into the cache."""

@@ -53,10 +53,12 @@ from kalena.k8s.objects import PodView
 from kalena.k8s.reports import STALE_AFTER_S
 
 COMPONENT = "kalena-scheduler"
-BINDERS = 6  # binds in flight at most (the apiserver's round trip overlapped; measured in bench/)
+BINDERS = 24  # binds in flight at most: a bind waits on etcd's write, so many overlap (bench/)
 CHUNK = 500  # pods per call of the core's schedule: the binds of one go out while the next is placed
 FIRST_CHUNK = 50  # the first call's: binding begins as soon as a few pods are placed
-TELLERS = 2  # events and conditions in flight at most
+TELLERS = 4  # events and conditions in flight at most
+#: The API client's connections the command gives the scheduler: its binders, tellers and watches
+POOL = BINDERS + TELLERS + 4
 RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # between an event's tries: 30 s, a restarted apiserver's time
 
 
