@@ -99,6 +99,17 @@ def queue(agent, name: str, image: str, command: list[str]) -> None:
         store.submit([(name, spec)], time.time())
 
 
+def held_job(
+    prefix: str, tag: str, image: str, containers: list[str], cgroup_root: str, agent
+) -> tuple[str, str, str]:
+    """A job queued to sleep, its container to be removed at the end: (job, container, cgroup)."""
+    job = f"{prefix}-{tag}"
+    name = f"kalena-{job}.1"
+    containers.append(name)
+    queue(agent, job, image, ["sleep", "600"])
+    return job, name, f"{cgroup_root}/batch/{job}.1"
+
+
 def cpu_quota_us(cgroup: str) -> int:
     h = detect().home("cpu")
     assert h is not None
@@ -120,10 +131,8 @@ def steps_of(agent, job: str) -> list[tuple[TaskState, TransitionReason]]:
 def test_the_round_returns_while_a_start_is_held_and_the_job_runs_once_it_ends(
     engine, image, tag, containers, cgroup_root, agent, frozen_batch
 ):
-    job = f"slow-{tag}"
-    name, cgroup, wid = f"kalena-{job}.1", f"{cgroup_root}/batch/{job}.1", f"batch/{job}.1"
-    containers.append(name)
-    queue(agent, job, image, ["sleep", "600"])
+    job, name, cgroup = held_job("slow", tag, image, containers, cgroup_root, agent)
+    wid = f"batch/{job}.1"
 
     report = agent.step()  # admits the job; its start cannot end while the parent is frozen
     assert report.admitted == (wid,)
@@ -160,10 +169,7 @@ def test_the_round_returns_while_a_start_is_held_and_the_job_runs_once_it_ends(
 def test_a_start_that_fails_while_the_round_goes_on_ends_the_job_failed(
     engine, image, tag, containers, cgroup_root, agent, frozen_batch
 ):
-    job = f"dies-{tag}"
-    name, cgroup = f"kalena-{job}.1", f"{cgroup_root}/batch/{job}.1"
-    containers.append(name)
-    queue(agent, job, image, ["sleep", "600"])
+    job, name, cgroup = held_job("dies", tag, image, containers, cgroup_root, agent)
     agent.step()
     assert agent.state.task(job) is TaskState.STARTING
     # runc's init, held in the run's cgroup: killed, the start fails (once thawed: a frozen process
@@ -187,10 +193,7 @@ def test_a_start_that_fails_while_the_round_goes_on_ends_the_job_failed(
 def test_a_job_cancelled_while_it_starts_ends_at_once_and_its_container_goes(
     engine, image, tag, containers, cgroup_root, agent, frozen_batch
 ):
-    job = f"gone-{tag}"
-    name, cgroup = f"kalena-{job}.1", f"{cgroup_root}/batch/{job}.1"
-    containers.append(name)
-    queue(agent, job, image, ["sleep", "600"])
+    job, name, cgroup = held_job("gone", tag, image, containers, cgroup_root, agent)
     agent.step()
     assert agent.state.task(job) is TaskState.STARTING
     with Store(Path(agent.store.path)) as store:
