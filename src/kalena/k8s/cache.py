@@ -245,12 +245,15 @@ class ClusterCache:
         pod_memo: dict[int, tuple[dict[str, Any], PodView]] = {}
         for raw in pods_raw:
             got = self._pod_memo.get(id(raw))
-            v = got[1] if got is not None and got[0] is raw else pod_view(raw, infer_batch=self.infer_batch)
-            pod_memo[id(raw)] = (raw, v)
+            if got is not None and got[0] is raw:
+                v = got[1]
+            else:
+                v = pod_view(raw, infer_batch=self.infer_batch)
+                if v.scheduler == self.name and v.spec.tier is not Tier.BATCH:  # Kalena's pods are batch
+                    v = dataclasses.replace(v, spec=dataclasses.replace(v.spec, tier=Tier.BATCH))
+            pod_memo[id(raw)] = (raw, v)  # (as read, batch made batch: a pass reads no pod twice)
             if v.finished:
                 continue
-            if v.scheduler == self.name and v.spec.tier is not Tier.BATCH:  # Kalena's: batch, bound or not
-                v = dataclasses.replace(v, spec=dataclasses.replace(v.spec, tier=Tier.BATCH))
             if v.node:
                 if v.node in names:
                     residents.append((v.spec, v.node))
