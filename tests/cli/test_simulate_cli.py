@@ -179,9 +179,39 @@ def test_bad_ir_file_exits_2_with_problem_lines_and_no_traceback(tmp_path):
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 
+@pytest.mark.parametrize(
+    ("estimator", "args", "params"),
+    [
+        ("decay", ["--margin", "1.3", "--half-life", "600"], {"margin": 1.3, "half_life_s": 600.0}),
+        ("histogram", ["--half-life", "3600"], {"half_life_s": 3600.0, "margin": 1.15}),
+        ("peak", ["--margin", "1.5"], {"margin_service": 1.5, "margin_batch": 1.15}),
+    ],
+)
+def test_margin_and_half_life_set_the_estimators_and_the_report_says_so(tmp_path, estimator, args, params):
+    base = ["--hours", "0.2", "--estimator", estimator, "--json", "--no-plots", "--out", str(tmp_path / "o")]
+    res = runner.invoke(app, ["simulate", *base, *args, *_small_ir(tmp_path)])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)["estimator_params"]
+    assert {k: got[k] for k in params} == params
+
+
+def test_a_lower_margin_reserves_less(tmp_path):
+    """The margin reaches the core: a lower one leaves more slack, so more batch work is placed."""
+    work = {}
+    for m in ("1.0", "2.0"):
+        res = runner.invoke(app, ["simulate", "--hours", "0.5", "--margin", m, "--json", "--no-plots",
+                                  "--out", str(tmp_path / m)])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        work[m] = json.loads(res.stdout)["reclaimed_cpu_core_hours"]
+    assert work["1.0"] > work["2.0"]
+
+
 BAD_OPTIONS = [
     ("compare-and-no-reclaim", ["--compare", "--no-reclaim"], "--compare"),
     ("one-document-only", ["--infra", "x.yaml"], "all three IR documents"),
+    ("margin-below-1", ["--margin", "0.9"], "--margin: must be a finite number >= 1 (value: 0.9)"),
+    ("half-life-0", ["--half-life", "0"], "--half-life: must be a finite number > 0 (value: 0.0)"),
+    ("peak-half-life", ["--estimator", "peak", "--half-life", "60"], "--half-life: the peak estimator"),
 ]
 
 

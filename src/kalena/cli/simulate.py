@@ -27,6 +27,7 @@ from rich.table import Table
 from kalena.core.cluster import Cluster
 from kalena.core.config import ESTIMATORS, PolicyConfig
 from kalena.core.resources import CPU, DIMS, NDIM, RAM
+from kalena.core.validate import ConfigError
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 from kalena.ir.write import write_files_atomic
@@ -196,6 +197,24 @@ def _table(arms: list[tuple[str, dict[str, Any]]]) -> Table:
     return table
 
 
+def _policy(estimator: str, margin: float | None, half_life: float | None) -> PolicyConfig:
+    """The policy with the estimator's margin and half-life as given (exit 2 naming a bad one)."""
+    policy = PolicyConfig(estimator=estimator)
+    params = getattr(policy, estimator)
+    changes: dict[str, float] = {}
+    if margin is not None:
+        changes["margin_service" if estimator == "peak" else "margin"] = margin
+    if half_life is not None:
+        if not hasattr(params, "half_life_s"):
+            raise _fail([f"--half-life: the {estimator} estimator has no half-life (it keeps a window)"])
+        changes["half_life_s"] = half_life
+    try:
+        return dataclasses.replace(policy, **{estimator: dataclasses.replace(params, **changes)})
+    except ConfigError as e:
+        option = "--half-life" if e.key == "half_life_s" else "--margin"
+        raise _fail([f"{option}: must be {e.rule} (value: {e.value!r})"]) from None
+
+
 def simulate(
     hours: Annotated[
         float,
@@ -221,6 +240,14 @@ def simulate(
         bool, typer.Option("--json", metavar="", help="Print report.json to stdout and nothing else.")
     ] = False,
     plots: Annotated[bool, typer.Option(metavar="", help="Write the PNG plots.")] = True,
+    margin: Annotated[
+        float | None,
+        typer.Option(help="The estimator's margin over usage, >= 1 (peak: production's). Default: its own."),
+    ] = None,
+    half_life: Annotated[
+        float | None,
+        typer.Option(help="Seconds of the estimator's half-life, > 0 (decay, histogram). Default: its own."),
+    ] = None,
 ) -> None:
     """Replay a day on the cluster through the real policy core (default: 24 h on bundled Irina)."""
     if compare and no_reclaim:
@@ -228,8 +255,8 @@ def simulate(
     bad_out = _check_out(out)
     if bad_out is not None:
         raise _fail([bad_out])
+    policy = _policy(estimator.value, margin, half_life)
     cluster = _cluster(infra, workloads, blueprint)
-    policy = PolicyConfig(estimator=estimator.value)
     base = SimConfig(hours=hours, seed=seed, reclaim=not no_reclaim, policy=policy)
     show = not as_json
     sim = _run(cluster, base, "reclaim off" if no_reclaim else "reclaim on", show)

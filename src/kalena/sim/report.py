@@ -9,6 +9,7 @@ the inputs and the seed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -100,6 +101,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "seed": cfg.seed,
         "reclaim": cfg.reclaim,
         "estimator": cfg.policy.estimator,
+        "estimator_params": dataclasses.asdict(getattr(cfg.policy, cfg.policy.estimator)),
         "simulated_seconds": _r(cfg.ticks * cfg.tick_s),
         "tick_seconds": cfg.tick_s,
         "wall_seconds": _r(sim.wall_seconds, 3),
