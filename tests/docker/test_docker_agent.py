@@ -275,7 +275,9 @@ def test_batch_fills_slack_is_throttled_evicted_with_sigterm_requeued_and_runs_a
 
         def ran_again() -> bool:  # (the listing: an inspect would wait for a start under way)
             run = agent.state.jobs[lo].run
-            return run > 1 and engine.status(f"kalena-{lo}.{run}") not in (None, "created")
+            up = run > 1 and engine.status(f"kalena-{lo}.{run}") not in (None, "created")
+            # and the agent has taken the start's answer (the engine may say running a round before)
+            return up and agent.state.task(lo) in (TaskState.RUNNING, TaskState.THROTTLED)
 
         # a wide bound: batch has the minimal CPU weight, so on a CI machine whose other test worker
         # keeps both cores busy its container starts only in the gaps
