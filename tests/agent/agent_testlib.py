@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from kalena.agent.layout import CgroupLayout, CgroupMode, CgroupTree, LayoutError, detect, detect_layout
+from kalena.core.enforcement.throttle import ThrottleCause, ThrottleDecision, ThrottlePlan
+from kalena.core.verdict import Reason, ReasonCode
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agent"
 
@@ -112,3 +114,10 @@ def real_tree_or_skip() -> CgroupTree:
             remove_tree(tree)
             pytest.skip(f"cannot create a cgroup in {h.mount_point} ({h.label}): {e}")
     return tree
+
+
+def one_run_plan(workload: str, quota: float) -> ThrottlePlan:
+    """A throttle plan with one batch decision: ``workload``'s cpu quota (cores), weight 1."""
+    why = Reason(ReasonCode.COMPRESSIBLE_PRESSURE, detail="test")
+    d = ThrottleDecision(workload, "cpu", quota, 1, ThrottleCause.SLACK, why)
+    return ThrottlePlan("n", 0, 0.0, False, 0.0, quota, quota, None, (d,), ())

@@ -9,6 +9,7 @@ import math
 import signal
 
 import pytest
+from agent_testlib import one_run_plan
 
 from kalena.agent.cgroupfs import FsCgroupReader
 from kalena.agent.layout import CgroupTree
@@ -131,15 +132,6 @@ def test_purge_kills_and_removes_a_whole_subtree(real_tree, spawn):
     assert not any(real_tree.dir(h, "").exists() for h in real_tree.layout.hierarchies)
 
 
-def _plan(workload: str, quota: float):
-    from kalena.core.enforcement.throttle import ThrottleCause, ThrottleDecision, ThrottlePlan
-    from kalena.core.verdict import Reason, ReasonCode
-
-    why = Reason(ReasonCode.COMPRESSIBLE_PRESSURE, detail="test")
-    d = ThrottleDecision(workload, "cpu", quota, 1, ThrottleCause.SLACK, why)
-    return ThrottlePlan("n", 0, 0.0, False, 0.0, quota, quota, None, (d,), ())
-
-
 def test_a_run_whose_children_set_quotas_is_throttled_below_them_and_they_get_theirs_back(real_tree):
     """A Kubernetes batch pod with CPU limits: on cgroup v1 each container's cgroup has a quota of
     its own, and the kernel refuses the pod's quota below it (EINVAL). Those children are lowered
@@ -167,7 +159,7 @@ def test_a_run_whose_children_set_quotas_is_throttled_below_them_and_they_get_th
     originals: dict[str, float] = {}
 
     def round_of(quota: float) -> list:
-        plan = _plan("batch/pod", quota)
+        plan = one_run_plan("batch/pod", quota)
         return list(w.apply(knobs.batch_writes(plan, runs) + knobs.nested_writes(plan, runs, originals, w)))
 
     out = round_of(0.25)  # throttled below every container's limit
@@ -201,4 +193,4 @@ def test_a_run_whose_children_set_quotas_is_throttled_below_them_and_they_get_th
 
     round_of(0.25)
     runs.clear()  # the run ended: what was kept of its children goes with it
-    assert knobs.nested_writes(_plan("batch/pod", 0.25), runs, originals, w) == [] and originals == {}
+    assert knobs.nested_writes(one_run_plan("batch/pod", 0.25), runs, originals, w) == [] and originals == {}

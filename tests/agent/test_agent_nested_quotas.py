@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import math
 
+from agent_testlib import one_run_plan
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kalena.agent import knobs
 from kalena.agent.state import JobRecord
 from kalena.agent.writer import Knob
-from kalena.core.enforcement.throttle import ThrottleCause, ThrottleDecision, ThrottlePlan
-from kalena.core.verdict import Reason, ReasonCode
 
 
 class Files:
@@ -32,12 +31,6 @@ class Files:
             self.quota[w.cgroup] = w.value
 
 
-def plan(quota: float) -> ThrottlePlan:
-    why = Reason(ReasonCode.COMPRESSIBLE_PRESSURE, detail="test")
-    d = ThrottleDecision("batch/pod", "cpu", quota, 1, ThrottleCause.SLACK, why)
-    return ThrottlePlan("n", 0, 0.0, False, 0.0, quota, quota, None, (d,), ())
-
-
 quotas = st.floats(min_value=0.01, max_value=8.0, allow_nan=False)
 
 
@@ -51,11 +44,11 @@ def test_descendants_stay_below_their_run_and_get_their_own_back(own, rounds):
     runs = {"batch/pod": JobRecord("pod", ["true"], {"cpu": 0.1}, None, 1, 0.0, cgroup="batch/pod")}
     originals: dict[str, float] = {}
     for q in rounds:
-        files.apply(knobs.nested_writes(plan(q), runs, originals, files))  # type: ignore[arg-type]
+        files.apply(knobs.nested_writes(one_run_plan("batch/pod", q), runs, originals, files))  # type: ignore[arg-type]
         for cg, mine in own.items():
             if q < mine:
                 assert files.quota[cg] == q and originals[cg] == mine
             else:  # restoration: its own, exactly, and nothing kept of it
                 assert files.quota[cg] == mine and cg not in originals
-    files.apply(knobs.nested_writes(plan(math.inf), runs, originals, files))  # type: ignore[arg-type]
+    files.apply(knobs.nested_writes(one_run_plan("batch/pod", math.inf), runs, originals, files))  # type: ignore[arg-type]
     assert files.quota == own and originals == {}

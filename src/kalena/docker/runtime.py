@@ -171,9 +171,7 @@ class DockerRuntime:
                 remove_leftovers(self.tree, s.cgroup)
             else:
                 for sig, why in stops:
-                    if sig is None:
-                        facts = self.engine.inspect(name)
-                        sig = (facts.stop_signal if facts is not None else "") or "SIGTERM"
+                    sig = sig or self._stop_signal(name)
                     sent = self.engine.kill(name, sig)
                     s.audits.append((self.writer.clock(), "kill", why, {"signal": sig, "sent": sent}))
         except Exception as e:  # the agent's next stop or cleanup of the run tries again
@@ -293,10 +291,14 @@ class DockerRuntime:
         if self._queue_stop(job, None, reason):
             self._audit("kill", name, reason, signal="its stop signal", sent=False, queued="until started")
             return
-        facts = self.engine.inspect(name)
-        sig = (facts.stop_signal if facts is not None else "") or "SIGTERM"
+        sig = self._stop_signal(name)
         sent = self.engine.kill(name, sig)
         self._audit("kill", name, reason, signal=sig, sent=sent)
+
+    def _stop_signal(self, name: str) -> str:
+        """The container's stop signal (its image's ``STOPSIGNAL``), SIGTERM unless it says otherwise."""
+        facts = self.engine.inspect(name)
+        return (facts.stop_signal if facts is not None else "") or "SIGTERM"
 
     def kill(self, job: JobRecord, reason: str) -> None:
         """SIGKILL to every process of the run at once, through its cgroup (the kernel's): the
