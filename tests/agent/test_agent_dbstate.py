@@ -67,7 +67,7 @@ class DbHarness(Harness):
             telemetry=self.telemetry,
             notifier=Notifier(self.clock),
             store=saver,
-            log=DbActionLog(self.db, decl.node.name),
+            log=DbActionLog(self.db, decl.node.name, saver),
             runtime=ProcessRuntime(writer, reader),
             submissions=DbSubmissions(saver),
             clock=self.clock,
@@ -75,8 +75,8 @@ class DbHarness(Harness):
         )
         return self.agent
 
-    def queue(self, name: str, ram_mib: float = 128, priority: int = 1) -> int:
-        spec = {"name": name, "command": SLEEP, "requests": {"cpu": 0.2, "ram": ram_mib / 1024}}
+    def queue(self, name: str, ram_mib: float = 128, priority: int = 1, command: list[str] = SLEEP) -> int:
+        spec = {"name": name, "command": command, "requests": {"cpu": 0.2, "ram": ram_mib / 1024}}
         return self.db.submit([(name, {**spec, "priority": priority})], self.clock.t)[0]
 
     def saved_steps(self, name: str) -> list[tuple[str, float, str]]:
@@ -176,6 +176,33 @@ def test_a_cancel_a_crash_cut_short_kills_the_run_at_restart(dbharness):
         os.waitpid(pid, 0)
     assert not alive(pid) and h.agent.state.jobs["a"].workload_id is None
     assert [s for s, _, _ in h.saved_steps("a")].count("cancelled") == 1
+
+
+def test_a_run_that_ends_as_the_agent_dies_keeps_its_finish_line(dbharness):
+    """The run's end and its ``finish`` line are one save: a crash right after it (before the
+    run's leftovers are cleaned up) leaves both, and the restart, having no run to reap, writes
+    no second line."""
+    h = dbharness()
+    h.agent.start()
+    h.queue("quick", command=["true"])
+    h.step()
+    pid = h.agent.state.jobs["quick"].pid
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)  # the run has ended (the agent's own child, reaped here)
+
+    def crash(*a, **kw):
+        raise Crash
+
+    h.agent.runtime.cleanup = crash  # the end is saved; the clean-up never happens
+    with pytest.raises(Crash):
+        h.step()
+    rows = {r.job: r for r in h.db.jobs()}
+    assert rows["quick"].state == "succeeded"
+    assert [e.kind for e in h.db.events(workloads=["batch/quick.1"])].count("finish") == 1
+    h.make()
+    h.agent.start()
+    h.step()
+    assert [e.kind for e in h.db.events(workloads=["batch/quick.1"])].count("finish") == 1
 
 
 def test_a_save_that_fails_half_way_leaves_the_previous_state_and_no_step(dbharness, monkeypatch):

@@ -121,7 +121,12 @@ class ActionLog:
             if torn:  # a crash cut the last line: end it so the next record starts clean
                 self._f.write("\n")
 
-    def append(self, kind: str, time: float, *, sync: bool = False, **fields: Any) -> dict[str, Any]:
+    def append(
+        self, kind: str, time: float, *, sync: bool = False, with_save: bool = False, **fields: Any
+    ) -> dict[str, Any]:
+        """Append one record. ``with_save``: the record belongs with the state change the caller
+        saves next (a run's end): a log that shares the state's store writes it in that save's
+        transaction, so a crash keeps both or neither; this file log writes it at once."""
         rec = {"time": time, "kind": kind, **fields}
         self.memory.append(rec)
         if len(self.memory) > 10_000:  # keep memory bounded on a long run; the file has everything

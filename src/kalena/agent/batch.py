@@ -324,19 +324,22 @@ class BatchRuns:
                 RemoveBatch(wid, self.node_of(ledger), ledger.node_epoch(self.node_of(ledger)), cause)
             )
             job.exit_code, job.pid = code, None
+            # the end's line goes in the save that records the end: a crash after that save
+            # must not leave a run ended with no word of how (the restart has no run to reap)
+            self.log.append(
+                "oom-killed" if oom else "finish",
+                now,
+                with_save=True,
+                workload=wid,
+                exit_code=code,
+                status=self.state.status(job.name),
+            )
             # write-ahead: the run's end is saved before its container (which holds the exit
             # code) is removed; a crash in between must not turn a failed run into a finished one
             self.store.save(self.state)
             self.runtime.cleanup(job.cgroup or "", f"{wid} finished")
             if oom:
                 self._requeue(job, now)
-            self.log.append(
-                "oom-killed" if oom else "finish",
-                now,
-                workload=wid,
-                exit_code=code,
-                status=self.state.status(job.name),
-            )
             out.append(wid)
         return tuple(out)
 
@@ -535,7 +538,9 @@ class BatchRuns:
             )
             self.runtime.cleanup(job.cgroup, f"{job.workload_id} failed to start")
             job.why_pending = f"failed to start: {e}"
-            self.log.append("finish", now, workload=job.workload_id, status="failed", error=str(e))
+            self.log.append(
+                "finish", now, with_save=True, workload=job.workload_id, status="failed", error=str(e)
+            )
             return False
         wid, prio = job.workload_id, job.priority
         if pid is None:

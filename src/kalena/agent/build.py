@@ -116,7 +116,7 @@ def build_agent(
         db = Store(store_path)  # raises StoreError (not a store, a newer schema)
         saver = DbStateStore(db, declaration.node.name, clock)
         store, submissions = saver, DbSubmissions(saver)
-        log: ActionLog = DbActionLog(db, declaration.node.name)
+        log: ActionLog = DbActionLog(db, declaration.node.name, saver)
     else:
         store = StateStore(state_dir / "state.json")
         log = ActionLog(state_dir / "actions.jsonl")

@@ -10,7 +10,8 @@ one SQLite database, each save one transaction.
 * :class:`DbSubmissions` is the agent's submission source over the store's queue (what
   ``kalena submit`` and ``kalena job cancel`` write).
 * :class:`DbActionLog` writes the action log into ``events`` (a record appended with ``sync``
-  durably, the others as the file log: surviving a crash of the process).
+  durably, the others as the file log: surviving a crash of the process; one appended
+  ``with_save`` in the state store's next save, with the state change it tells of).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class DbStateStore:
         self._taken: list[tuple[str, int, str]] = []  # (table, seq, outcome) for the next save
         self._series: list[tuple[float, dict[str, tuple[Mapping[str, float], list[float] | None]]]] = []
         self._node: str | None = None
+        self._events: list[tuple[str | None, dict[str, Any]]] = []  # (node, record)
         self.last_node: dict[str, Any] | None = None
 
     def load(self, now: float | None = None) -> AgentState | None:
@@ -77,6 +79,10 @@ class DbStateStore:
         ids = set(usage) | set(reservations)
         self._series.append((now, {w: (usage.get(w, {}), reservations.get(w)) for w in sorted(ids)}))
 
+    def record_event(self, node: str | None, rec: dict[str, Any]) -> None:
+        """An action-log record of ``node`` written with the next save (in its transaction)."""
+        self._events.append((node, rec))
+
     def record_node(self, now: float, status: Mapping[str, Any]) -> None:
         """The node's slack view of ``now``, written with the next save (and kept: ``last_node``)."""
         self._node = json_text(dict(status))
@@ -84,7 +90,13 @@ class DbStateStore:
 
     def save(self, state: AgentState) -> bool:
         text = state_bytes(state).decode()
-        if text == self._last and not self._taken and not self._series and self._node is None:
+        if (
+            text == self._last
+            and not self._taken
+            and not self._series
+            and not self._events
+            and self._node is None
+        ):
             return False
         if self._steps is None:
             self._steps = self.store.written_steps()
@@ -129,6 +141,8 @@ class DbStateStore:
                 db.execute(f"UPDATE {table} SET taken_at=?, outcome=? WHERE seq=?", (now, outcome, seq))
             for at, series in self._series:
                 insert_series(db, state.node, at, series)
+            for node, rec in self._events:
+                insert_event(db, node, rec)
             if self._node is not None:
                 db.execute(
                     "INSERT OR REPLACE INTO nodes(node, at, status) VALUES (?, ?, ?)",
@@ -138,6 +152,7 @@ class DbStateStore:
         self._rows.update(rows)
         self._taken.clear()
         self._series.clear()
+        self._events.clear()
         self._node = None
         self._last = text
         self.writes += 1
@@ -197,14 +212,20 @@ class DbSubmissions:
 
 
 class DbActionLog(ActionLog):
-    """The action log in the store's ``events`` (also kept in memory, as the file log is)."""
+    """The action log in the store's ``events`` (also kept in memory, as the file log is); records
+    appended ``with_save`` go with ``saver``'s next save (without a saver: at once)."""
 
-    def __init__(self, store: Store, node: str | None = None) -> None:
+    def __init__(self, store: Store, node: str | None = None, saver: DbStateStore | None = None) -> None:
         super().__init__(None)
-        self.store, self.node = store, node
+        self.store, self.node, self.saver = store, node, saver
 
-    def append(self, kind: str, time: float, *, sync: bool = False, **fields: Any) -> dict[str, Any]:
+    def append(
+        self, kind: str, time: float, *, sync: bool = False, with_save: bool = False, **fields: Any
+    ) -> dict[str, Any]:
         rec = super().append(kind, time, sync=sync, **fields)
+        if with_save and self.saver is not None:
+            self.saver.record_event(self.node, rec)
+            return rec
         with self.store.transaction(durable=sync) as db:
             insert_event(db, self.node, rec)
         return rec

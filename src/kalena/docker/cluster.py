@@ -118,7 +118,7 @@ class Cluster:
         self.placement = placement or PlacementConfig()
         self.saver = DbStateStore(db, CLUSTER, clock)
         self.source = DbSubmissions(self.saver)
-        self.log: ActionLog = DbActionLog(db, CLUSTER)
+        self.log: ActionLog = DbActionLog(db, CLUSTER, self.saver)
         self.state = self.saver.load(clock()) or AgentState(CLUSTER)
         self.rng = np.random.default_rng(0)
         self._bad: dict[str, str | None] = {}  # ("report:" or "ledger:") host -> why it is left out

@@ -9,6 +9,7 @@ An endpoint is what ``docker -H`` takes: ``unix:///var/run/docker.sock`` (the de
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections import Counter
@@ -24,6 +25,8 @@ import requests
 import docker
 from kalena.docker import DEFAULT_ENDPOINT
 from kalena.docker.labels import ContainerFacts
+
+_log = logging.getLogger(__name__)
 
 #: Engine API calls are local and small; a slow engine is reported, not waited on forever.
 DEFAULT_TIMEOUT_S = 30.0
@@ -317,6 +320,9 @@ class EventWatch:
                     self._dirty.set()
             except (EngineError, docker.errors.DockerException, OSError, ValueError):
                 pass
+            except Exception:  # anything else (a library's own bug): the watch must not die
+                # healthy, or the caller would trust a view no event refreshes again
+                _log.exception("the engine's event stream broke; reopening it")
             self._healthy = False
             self._dirty.set()
             self._stop.wait(self.reconnect_s)
