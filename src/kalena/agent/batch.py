@@ -95,19 +95,20 @@ def batch_spec(job: JobRecord, workload_id: str | None = None) -> WorkloadSpec:
 def take_submissions(state: AgentState, log: ActionLog, new: Intake, now: float) -> dict[object, str]:
     """Each valid submission of ``new`` becomes a PENDING job of ``state``, unless a job of its name
     has not ended (then it is rejected and logged); returns what became of each token. The agent
-    and the cluster daemon take their queues through this one rule."""
+    and the cluster daemon take their queues through this one rule; the lines go with the save
+    that takes the tokens (a crash keeps both or neither: no line lost, none written twice)."""
     outcomes: dict[object, str] = {}
     for token, where, sub in new.submissions:
         if sub.name in state.jobs and not state.task(sub.name).terminal:
             still = state.status(sub.name)
             problem = f"{where}: name: job {sub.name!r} is still {still} (value: {sub.name!r})"
-            log.append("rejected-submission", now, problem=problem)
+            log.append("rejected-submission", now, with_save=True, problem=problem)
             outcomes[token] = f"rejected: still {still}"
             continue
         job = sub.job(now)
         job.submission = token if isinstance(token, int) else None
         state.submit(job, now)  # a finished job of that name is forgotten
-        log.append("submit", now, job=sub.name, priority=sub.priority, requests=sub.requests)
+        log.append("submit", now, with_save=True, job=sub.name, priority=sub.priority, requests=sub.requests)
         outcomes[token] = "accepted"
     return outcomes
 
@@ -237,7 +238,7 @@ class BatchRuns:
             ledger.apply(RemoveBatch(wid, node, ledger.node_epoch(node), RemovalCause.DELETED))
         self.state.move(name, TaskState.CANCELLED, now, TransitionReason.CANCELLED)
         job.why_pending = job.why_pending_codes = None
-        self.log.append("cancel", now, job=name, workload=wid, was=state.value)
+        self.log.append("cancel", now, with_save=True, job=name, workload=wid, was=state.value)
         return "cancelled"
 
     def teardown(self, now: float) -> None:
