@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from kalena.core.ledger.commitments import PlaceBatch, ReservationUpdate
+from kalena.core.ledger.commitments import ReservationUpdate
 from kalena.core.ledger.state import Ledger
 from kalena.core.model import NodeSpec, Tier, WorkloadSpec
 from kalena.core.resources import DIMS, GPU, Resources
@@ -36,33 +36,30 @@ def observed_ledger(
     reservations: Mapping[str, Resources] | None = None,
 ) -> tuple[Ledger, dict[str, str]]:
     """The ledger of ``nodes`` holding ``residents`` (workload, node name); the nodes left out."""
-    names = {n.name for n in nodes}
+    index = {n.name: i for i, n in enumerate(nodes)}
     left_out: dict[str, str] = {}
-    prod = [(w, n) for w, n in residents if w.tier is Tier.SERVICE and n in names]
-    cap = {n.name: n.allocatable.array() for n in nodes}
-    load = {n.name: np.zeros(len(DIMS)) for n in nodes}
-    for w, n in prod:
-        load[n] += w.requests.array()
-    for n in nodes:
-        over = [d for i, d in enumerate(DIMS) if load[n.name][i] > cap[n.name][i] * (1 + REL_TOL)]
-        if over:
-            left_out[n.name] = f"production asks for more {', '.join(over)} than the node's capacity"
+    prod = [(w, n) for w, n in residents if w.tier is Tier.SERVICE and n in index]
+    cap = np.array([n.allocatable.array() for n in nodes], dtype=np.float64).reshape(len(nodes), len(DIMS))
+    load = np.zeros_like(cap)
+    if prod:
+        np.add.at(load, [index[n] for _, n in prod], [w.requests.array() for w, _ in prod])
+    for k in np.flatnonzero((load > cap * (1 + REL_TOL)).any(axis=1)):
+        over = [d for i, d in enumerate(DIMS) if load[k, i] > cap[k, i] * (1 + REL_TOL)]
+        left_out[nodes[k].name] = f"production asks for more {', '.join(over)} than the node's capacity"
     kept = [(w, n) for w, n in prod if n not in left_out]
-    ledger = Ledger.from_blueprint(
-        list(nodes), [n.allocatable for n in nodes], [w for w, _ in kept], {w.id: n for w, n in kept}
-    )
+    ledger = Ledger.from_blueprint(list(nodes), cap, [w for w, _ in kept], {w.id: n for w, n in kept})
     _reserve(ledger, reservations)  # production's first: the batch bound there is judged against them
-    placed: set[str] = set()
-    for w, n in residents:
-        if w.tier is Tier.SERVICE or n not in names or n in left_out:
-            continue
-        k = ledger.node_index[n]
-        if ledger.apply(PlaceBatch(w, k, ledger.node_epoch(k))).accepted:
-            placed.add(w.id)
-        else:
-            left_out[n] = f"its batch {w.id} does not fit the ledger"
-    if reservations and placed:  # then the batch's own
-        _reserve(ledger, {wid: r for wid, r in reservations.items() if wid in placed})
+    batch = [
+        (w, index[n]) for w, n in residents if w.tier is not Tier.SERVICE and n in index and n not in left_out
+    ]
+    # each in order; a node's first that does not fit leaves the node out (the rest there untried)
+    placed, refused = ledger.place_until_refused(batch)
+    for i in refused:
+        w, k = batch[i]
+        left_out[nodes[k].name] = f"its batch {w.id} does not fit the ledger"
+    if reservations and placed.any():  # then the batch's own
+        ids = {batch[i][0].id for i in np.flatnonzero(placed)}
+        _reserve(ledger, {wid: r for wid, r in reservations.items() if wid in ids})
     return ledger, left_out
 
 

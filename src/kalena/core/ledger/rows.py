@@ -9,6 +9,8 @@ Row numbers are therefore *not* stable identities: the ledger maps workload ids 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from kalena.core.model import WorkloadSpec
@@ -105,6 +107,41 @@ class RowStore:
         self.priority[row] = spec.priority
         self.slack_cpu[row] = spec.slack_cpu
         return row
+
+    def add_many(
+        self,
+        specs: Sequence[WorkloadSpec],
+        node: np.ndarray,
+        request: np.ndarray,
+        reservation: np.ndarray,
+        *,
+        is_batch: bool,
+        version: np.ndarray,
+    ) -> np.ndarray:
+        """Store ``len(specs)`` workloads at once; their rows are the ones :meth:`add` called in
+        that order would give (freed rows first, then new ones)."""
+        k = len(specs)
+        reused = [self._free.pop() for _ in range(min(k, len(self._free)))]
+        fresh = k - len(reused)
+        while self.high + fresh > self.capacity:
+            self._grow()
+        rows = np.concatenate(
+            [np.array(reused, dtype=np.int64), np.arange(self.high, self.high + fresh, dtype=np.int64)]
+        )
+        self.high += fresh
+        self.node[rows] = node
+        self.request[rows] = request
+        self.reservation[rows] = reservation
+        self.is_batch[rows] = is_batch
+        self.alive[rows] = True
+        self.version[rows] = version
+        for row, spec in zip(rows.tolist(), specs, strict=True):
+            self.specs[row] = spec
+        self.ids[rows] = [w.id for w in specs]
+        self.keys[rows] = [w.equivalence_key for w in specs]
+        self.priority[rows] = [w.priority for w in specs]
+        self.slack_cpu[rows] = [w.slack_cpu for w in specs]
+        return rows
 
     def remove(self, row: int) -> None:
         """Free one row; its numbers are zeroed so that a from-scratch sum over all rows stays exact."""

@@ -14,6 +14,11 @@ one ``bincount`` over the flattened rows through a per-cell bin index that each 
 current (:func:`~kalena.core.ledger.blueprint.indexed_sum`, bitwise ``per_node_sum`` over the live
 rows). :meth:`Ledger.recompute` gives the from-scratch values for the invariant check.
 
+Loads are vectorised: the blueprint's production in one step, and a cluster shell's observed
+batch through :meth:`Ledger.place_until_refused` (each pass rebuilds that ledger), each bit for
+bit the loop of single adds it stands for. The selector index is built on the first selector
+question, so a ledger never asked one never pays for it.
+
 The ledger is the one mutable object in the core: it is *state*, owned by a shell, and
 :meth:`Ledger.apply` is its single writer. Policies read it and return commitments.
 """
@@ -92,7 +97,9 @@ class Ledger:
         n = len(self.nodes)
         self._rows = RowStore(INITIAL_ROWS)
         self._row_of: dict[str, int] = {}
-        self._index = ResidentIndex()
+        # built on the first selector question, then kept per add and drop: a cluster shell's
+        # ledger of one pass is often never asked one (no affinity, no spread), so it never pays
+        self._index: ResidentIndex | None = None
         self._request_sum = np.zeros((n, NDIM))
         self._reservation_sum = np.zeros((n, NDIM))
         self._batch_count = np.zeros(n, dtype=np.int64)
@@ -124,9 +131,12 @@ class Ledger:
         is a configuration error naming the node and dimension.
         """
         ledger = cls(nodes, capacity)
-        for spec, n in resolve_production(ledger.nodes, workloads, placement):
-            req = spec.requests.array()
-            ledger._add(spec, n, req, req, is_batch=False)
+        prod = resolve_production(ledger.nodes, workloads, placement)
+        if prod:
+            req = np.array([spec.requests.array() for spec, _ in prod], dtype=np.float64)
+            where = np.array([n for _, n in prod], dtype=np.int64)
+            versions = np.full(len(prod), ledger._global_epoch, dtype=np.int64)
+            ledger._add_many([spec for spec, _ in prod], where, req, req, versions, is_batch=False)
         ledger._production = len(ledger._row_of)
         over = ledger._request_sum > ledger._capacity_tol
         if over.any():
@@ -259,6 +269,10 @@ class Ledger:
 
     def matching_rows(self, selector: Selector) -> np.ndarray:
         """Rows of every resident workload ``selector`` matches (unordered)."""
+        if self._index is None:
+            self._index = ResidentIndex()
+            for row in self._rows.live_rows().tolist():
+                self._index.add(row, self._rows.specs[row])  # type: ignore[arg-type]
         hits = self._index.match(selector)
         return np.fromiter(hits, dtype=np.int64, count=len(hits))
 
@@ -327,7 +341,115 @@ class Ledger:
             results.append(r)
         return tuple(results)
 
+    def place_until_refused(
+        self, placements: Sequence[tuple[WorkloadSpec, int]]
+    ) -> tuple[np.ndarray, dict[int, CommitResult]]:
+        """``PlaceBatch`` of each ``(workload, node)`` in order at the node's current epoch, except
+        that once one is refused on a node the later ones on that node are not tried: a cluster
+        shell loading what it observes (:func:`~kalena.core.ledger.observed.observed_ledger`).
+        Returns which were placed, ``(k,)`` bool, and the refusal of each node that had one (by
+        position in ``placements``). Sums, rows, versions and epochs are bitwise those of the
+        loop of ``apply``; the refusals carry the epoch after the whole load."""
+        k = len(placements)
+        placed = np.zeros(k, dtype=bool)
+        refused: dict[int, CommitResult] = {}
+        if not k:
+            return placed, refused
+        specs = [w for w, _ in placements]
+        for w in specs:
+            if w.tier is not Tier.BATCH or w.is_daemonset:
+                raise ValueError(f"PlaceBatch for {w.id!r}: only batch workloads are placed by Kalena")
+        where = np.array([n for _, n in placements], dtype=np.int64)
+        if where.min() < 0 or where.max() >= self.n_nodes:
+            bad = int(where[(where < 0) | (where >= self.n_nodes)][0])
+            raise IndexError(f"node index {bad} outside 0..{self.n_nodes - 1}")
+        ids = [w.id for w in specs]
+        if len(set(ids)) < k or not self._row_of.keys().isdisjoint(ids):
+            # an id twice (never so from an apiserver or an engine): whether the second is refused
+            # as placed depends on whether the first was; the loop itself says
+            return self._place_one_by_one(placements)
+        req = np.array([w.requests.array() for w in specs], dtype=np.float64)
+        cuts: dict[int, np.ndarray] = {}
+        order = np.argsort(where, kind="stable")
+        bounds = np.flatnonzero(np.diff(where[order])) + 1
+        for group in np.split(order, bounds):
+            n = int(where[group[0]])
+            # the running sum as the loop keeps it: ((used + r1) + r2) ..., one accumulate
+            running = np.cumsum(np.vstack([self._reservation_sum[n], req[group]]), axis=0)
+            ok = (running[1:] <= self._capacity_tol[n]).all(axis=1) & (req[group, GPU] <= 0)
+            cut = len(group) if ok.all() else int(np.argmin(ok))
+            placed[group[:cut]] = True
+            if cut < len(group):
+                cuts[int(group[cut])] = running[cut]  # the node's use before the refused one
+        take = np.flatnonzero(placed)
+        if take.size:
+            versions = self._global_epoch + np.arange(1, take.size + 1, dtype=np.int64)
+            self._global_epoch += int(take.size)
+            np.add.at(self._node_epoch, where[take], 1)
+            self._add_many(
+                [specs[i] for i in take], where[take], req[take], req[take], versions, is_batch=True
+            )
+        for i, used in sorted(cuts.items()):
+            c = PlaceBatch(specs[i], int(where[i]), int(self._node_epoch[where[i]]))
+            if req[i, GPU] > 0:
+                gpu = Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=float(req[i, GPU]))
+                refused[i] = self._result(c, False, (gpu,))
+            else:
+                refused[i] = self._result(
+                    c, False, insufficient_resources(req[i], used, self._capacity[int(where[i])])
+                )
+        return placed, refused
+
+    def _place_one_by_one(
+        self, placements: Sequence[tuple[WorkloadSpec, int]]
+    ) -> tuple[np.ndarray, dict[int, CommitResult]]:
+        placed = np.zeros(len(placements), dtype=bool)
+        refused: dict[int, CommitResult] = {}
+        stopped: set[int] = set()
+        for i, (w, n) in enumerate(placements):
+            if n in stopped:
+                continue
+            r = self.apply(PlaceBatch(w, n, int(self._node_epoch[n])))
+            placed[i] = r.accepted
+            if not r.accepted:
+                stopped.add(n)
+                refused[i] = r
+        return placed, refused
+
     # internals --------------------------------------------------------------------------------
+    def _add_many(
+        self,
+        specs: Sequence[WorkloadSpec],
+        where: np.ndarray,
+        req: np.ndarray,
+        res: np.ndarray,
+        versions: np.ndarray,
+        *,
+        is_batch: bool,
+    ) -> None:
+        """:meth:`_add` of many rows at once (same rows, same sums bit for bit: ``np.add.at``
+        adds in order)."""
+        rows = self._rows.add_many(specs, where, req, res, is_batch=is_batch, version=versions)
+        if rows.size and int(rows.min()) < self._production:
+            self._production_ids = None
+        if int(rows.max()) >= len(self._sum_bins):  # the rows doubled
+            grown = np.tile(self._spill, (self._rows.capacity, 1))
+            grown[: len(self._sum_bins)] = self._sum_bins
+            self._sum_bins = grown
+        self._sum_bins[rows] = self._dim_bins + where[:, None] * NDIM
+        self._row_of.update(zip((w.id for w in specs), rows.tolist(), strict=True))
+        if self._index is not None:
+            for row, spec in zip(rows.tolist(), specs, strict=True):
+                self._index.add(row, spec)
+        np.add.at(self._reservation_sum, where, res)
+        if is_batch:
+            np.add.at(self._batch_count, where, 1)
+            for spec in specs:
+                self._ns_running[spec.namespace] = self._ns_running.get(spec.namespace, 0) + 1
+        else:
+            np.add.at(self._request_sum, where, req)
+            np.add.at(self._service_count, where, 1)
+
     def _add(self, spec: WorkloadSpec, n: int, req: np.ndarray, res: np.ndarray, *, is_batch: bool) -> None:
         row = self._rows.add(spec, n, req, res, is_batch=is_batch, version=self._global_epoch)
         if row < self._production:  # never through the commitments (production rows are not freed)
@@ -338,7 +460,8 @@ class Ledger:
             self._sum_bins = grown
         self._sum_bins[row] = self._dim_bins + n * NDIM
         self._row_of[spec.id] = row
-        self._index.add(row, spec)
+        if self._index is not None:
+            self._index.add(row, spec)
         self._reservation_sum[n] += res
         if is_batch:
             self._batch_count[n] += 1
@@ -359,7 +482,8 @@ class Ledger:
             self._ns_running[spec.namespace] = left
         else:
             del self._ns_running[spec.namespace]
-        self._index.remove(row, spec)
+        if self._index is not None:
+            self._index.remove(row, spec)
         self._rows.remove(row)
         self._sum_bins[row] = self._spill
         if row < self._production:
