@@ -59,7 +59,8 @@ def test_readme_first_command_on_the_bundled_irina_data(tmp_path):
     assert report["batch_cpu_core_hours"] > 0 and report["reclaimed_cpu_core_hours"] > 0
     for png in ("slack_cluster.png", "slack_node.png", "reservation_cdf.png"):
         assert (tmp_path / "out" / png).read_bytes()[:8] == PNG, png
-    assert "Work in reclaimed capacity" in r.stdout and "Borg's anchor" in r.stdout
+    assert "Work in reclaimed capacity (upper bound)" in r.stdout and "Borg: about 20 %" in r.stdout
+    assert f"placed by reclamation did {100 * report['task_reclaimed_work_fraction']:.1f} %" in r.stdout
     assert "Traceback" not in r.stderr
 
 
@@ -109,21 +110,59 @@ def test_no_reclaim_reclaims_nothing(tmp_path):
     assert report["reclaimed_cpu_core_hours"] == 0 and report["reclaimed_work_fraction"] == 0
 
 
-def test_compare_shows_both_arms_side_by_side(tmp_path):
+def test_no_kalena_at_all_is_the_baseline_arm(tmp_path):
+    """The cluster an operator has today: batch by requests into unallocated capacity, nobody
+    throttled, capped or evicted; only the kernel's CPU sharing and its OOM killer."""
+    res = runner.invoke(
+        app, ["simulate", "--hours", "0.25", "--baseline", "--json", "--no-plots", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    check_invariants(report)
+    assert (report["arm"], report["reclaim"], report["enforce"]) == ("baseline", False, False)
+    assert report["batch_cpu_core_hours"] > 0
+    assert report["reclaimed_cpu_core_hours"] == 0 and report["task_reclaimed_work_fraction"] == 0
+    assert report["evictions_total"] == 0 and report["escalations"] == 0
+    assert report["mitigation"]["starvation_service_caps"] == 0
+    assert report["production_capped_cpu_core_seconds"] == 0
+    assert report["batch_throttled_seconds"]["total"] == 0
+
+
+def test_batch_load_scales_what_is_offered(tmp_path):
+    submitted = {}
+    for load in ("0.25", "1"):
+        res = runner.invoke(app, ["simulate", "--hours", "0.1", "--batch-load", load, "--json", "--no-plots",
+                                  "--out", str(tmp_path / load)])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        report = json.loads(res.stdout)
+        assert report["batch_load_factor"] == float(load)
+        submitted[load] = report["batch_tasks_submitted"]
+    assert submitted["0.25"] < 0.5 * submitted["1"]
+
+
+def test_compare_shows_the_three_arms_side_by_side(tmp_path):
     res = runner.invoke(
         app, ["simulate", "--hours", "0.1", "--compare", "--no-plots", "--out", str(tmp_path)]
     )
     assert res.exit_code == 0, res.output
-    assert "reclaim on" in res.stdout and "reclaim off" in res.stdout
+    assert "reclaim on" in res.stdout and "reclaim off" in res.stdout and "baseline" in res.stdout
     report = json.loads((tmp_path / "report.json").read_text())
     check_invariants(report)
     check_invariants(report["no_reclaim"])
+    check_invariants(report["baseline"])
     assert report["reclaim"] is True and report["no_reclaim"]["reclaim"] is False
+    assert report["baseline"]["arm"] == "baseline" and report["no_reclaim"]["arm"] == "kalena-no-reclaim"
     assert report["no_reclaim"]["reclaimed_cpu_core_hours"] == 0
     assert "extra_batch_cpu_core_hours" in report["comparison"]
+    # (a): the batch work beyond the baseline's, over all the reclaim arm's work
+    total = report["batch_cpu_core_hours"] + report["production_cpu_core_hours"]
+    more = report["batch_cpu_core_hours"] - report["baseline"]["batch_cpu_core_hours"]
+    enabled = report["comparison"]["work_enabled_by_reclamation_fraction"]
+    assert enabled == pytest.approx(more / total, abs=1e-5)
+    assert f"Reclamation enabled {100 * enabled:.1f} % of all cpu work" in res.stdout
     # anti-starvation caps are part of the unmet figure and shown on their own line
     assert "of which anti-starvation caps" in res.stdout
-    for arm in (report, report["no_reclaim"]):
+    for arm in (report, report["no_reclaim"], report["baseline"]):
         capped, unmet = arm["production_capped_cpu_core_seconds"], arm["production_unmet_cpu_core_seconds"]
         assert 0 <= capped <= unmet + 1e-6
 
@@ -208,6 +247,8 @@ def test_a_lower_margin_reserves_less(tmp_path):
 
 BAD_OPTIONS = [
     ("compare-and-no-reclaim", ["--compare", "--no-reclaim"], "--compare"),
+    ("batch-load-0", ["--batch-load", "0"], "not a finite number > 0"),
+    ("baseline-and-no-reclaim", ["--no-reclaim", "--baseline"], "--no-reclaim and --baseline: give one"),
     ("one-document-only", ["--infra", "x.yaml"], "all three IR documents"),
     ("margin-below-1", ["--margin", "0.9"], "--margin: must be a finite number >= 1 (value: 0.9)"),
     ("half-life-0", ["--half-life", "0"], "--half-life: must be a finite number > 0 (value: 0.0)"),

@@ -14,6 +14,10 @@ Why each simulator default has its value:
   far below Borg's ~25 s median startup plus the minutes batch tasks run.
 * ``prewarm_s = 7200``: production runs and is estimated for 2 h before t = 0, so reservations start
   decayed to their steady state (eight 15-min half-lives) instead of at the request.
+* ``enforce = True``: the core's node round runs (throttle, caps, evictions, escalation). Off, with
+  ``reclaim`` off too, the run is the **baseline arm**, the cluster an operator has today: batch
+  placed by requests into unallocated capacity, no estimation, no throttling of anyone, the
+  kernel's CFS sharing by request (``cpu.weight``) and its OOM killer, nothing else.
 * ``sample_every_s = 60`` (plots) and ``accuracy_every_s = 600`` (reservation CDFs): dense enough to
   draw a day, small enough to keep.
 
@@ -43,6 +47,7 @@ class SimConfig:
     hours: float = 24.0
     seed: int = 0
     reclaim: bool = True
+    enforce: bool = True
     tick_s: float = 10.0
     schedule_interval_s: float = 30.0
     prewarm_s: float = 7200.0
@@ -68,7 +73,18 @@ class SimConfig:
         check_type(self, "policy", PolicyConfig)
         check_int(self, "seed", lo=0)
         check_bool(self, "reclaim")
+        check_bool(self, "enforce")
+        if self.reclaim and not self.enforce:  # reservations below requests with nobody to restore them
+            raise fail(self, "enforce", self.enforce, "true while reclaim is true (none without the other)")
         check_bool(self, "batch_warm_start")
+
+    @property
+    def arm(self) -> str:
+        """Which arm this is: ``kalena``, ``kalena-no-reclaim`` (Kalena's policy, reservations at
+        their requests) or ``baseline`` (no Kalena at all)."""
+        if not self.enforce:
+            return "baseline"
+        return "kalena" if self.reclaim else "kalena-no-reclaim"
 
     @property
     def estimator(self) -> str:

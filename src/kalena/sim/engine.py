@@ -282,7 +282,10 @@ class Simulation:
         self._completions(now)
         if cfg.reclaim:
             self._estimate(now, dt)
-        self._round(now)
+        if cfg.enforce:
+            self._round(now)
+        else:
+            self._kernel_only(now)
         if k % cfg.every(cfg.schedule_interval_s) == 0:
             self._place(now)
         if k % cfg.every(60.0) == 0:
@@ -409,6 +412,13 @@ class Simulation:
         m.counts["starvation_caps"] += int(np.isfinite(d.starvation.cap).sum())
         self._lifecycle(view.is_batch & ~d.gone, rows, d.below_request, now)
         self._oom(now, d.triggered)
+
+    def _kernel_only(self, now: float) -> None:
+        """The baseline arm's tick where Kalena's round would be: nobody throttles, caps or evicts;
+        pods come up after their startup, and the kernel's OOM killer judges every node."""
+        none = np.zeros(0, dtype=np.int64)
+        self._lifecycle(np.zeros(0, dtype=bool), none, np.zeros(0, dtype=bool), now)
+        self._oom(now, np.ones((self.ledger.n_nodes, NDIM), dtype=bool))
 
     def _decided(self, decision: RoundDecision) -> None:
         """The round's decision, before it is carried out (its view is of live arrays): a hook for
@@ -570,10 +580,15 @@ class Simulation:
         t.limit[rows] = np.inf
         t.limit[rows, RAM] = tasks.requests[ids, RAM]  # slack memory denied: its limit is its request
         t.demand[rows] = tasks.demand[ids]
-        t.quota[rows] = start_quota(tasks.requests[ids, CPU], self.policy.throttle)
         t.floor[rows] = 0.0
         t.cap[rows] = np.inf
-        t.weight[rows] = self.cfg.policy.throttle.batch_weight
+        if self.cfg.enforce:
+            t.quota[rows] = start_quota(tasks.requests[ids, CPU], self.policy.throttle)
+            t.weight[rows] = self.cfg.policy.throttle.batch_weight
+        else:  # the baseline: no quota, cpu.weight from the request as the kubelet sets it
+            t.quota[rows] = np.inf
+            t.weight[rows] = cpu_weight(tasks.requests[ids, CPU])
+        t.by_reclaim[rows] = self._beyond_requests(rows, nodes)
         t.describe(rows, [tasks.specs[i] for i in placed])
         t.usage[rows] = np.nan
         t.throttled[rows] = 0
@@ -593,6 +608,28 @@ class Simulation:
         ts.first_start[ids[first]] = now
         for i, n in zip(placed, nodes.tolist(), strict=True):
             self.shell.started(tasks.specs[i].image, n)
+
+    def _beyond_requests(self, rows: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """Which of this pass's placements (``rows``, in placement order, on ``nodes``) needed
+        reclaimed capacity: by requests (production's and every batch pod's before it on the
+        node, this one included) the node was full on cpu or ram (Borg's task-level count)."""
+        led = self.ledger
+        rs = led.row_arrays()
+        older = rs.alive[: rs.high] & rs.is_batch[: rs.high]
+        older[rows] = False
+        older = np.flatnonzero(older)
+        dims = [CPU, RAM]
+        used = led.request_sum[:, dims].copy()
+        np.add.at(used, rs.node[older], rs.request[older][:, dims])
+        req = rs.request[rows][:, dims]
+        out = np.zeros(len(rows), dtype=bool)
+        order = np.argsort(nodes, kind="stable")
+        for group in np.split(order, np.flatnonzero(np.diff(nodes[order])) + 1):
+            n = int(nodes[group[0]])
+            # the node's requests with each of the pass's placements there, in order, added
+            run = np.cumsum(np.vstack([used[n], req[group]]), axis=0)[1:]
+            out[group] = (run > led.capacity_tol[n, dims]).any(axis=1)
+        return out
 
     # 9 --------------------------------------------------------------------------------------------
     def _check(self, now: float) -> None:
@@ -614,7 +651,8 @@ class Simulation:
         b_use = np.bincount(b_on, weights=np.nan_to_num(t.usage[b_rows, CPU]), minlength=n)
         b_res_cpu = np.bincount(b_on, weights=rs.reservation[b_rows, CPU], minlength=n)
         b_res_ram = np.bincount(b_on, weights=rs.reservation[b_rows, RAM], minlength=n)
-        m.tick(dt, p_use, b_use, b_res_cpu, b_res_ram, unmet, capped)
+        by_reclaim = float(np.nan_to_num(t.usage[b_rows, CPU])[t.by_reclaim[b_rows]].sum())
+        m.tick(dt, p_use, b_use, b_res_cpu, b_res_ram, unmet, capped, by_reclaim)
         if k % m.sample_every == 0 or k == 1:
             b_req = np.bincount(b_on, weights=rs.request[b_rows, CPU], minlength=n)
             m.sample(

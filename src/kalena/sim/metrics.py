@@ -13,6 +13,10 @@ reservations (the reservation ledger's batch part) and ``b`` the batch usage:
   metric 2). ``reclaimed_work_fraction`` = that, integrated, over all cpu core-seconds used by
   production and batch. For comparison, the usage-based count ``max(0, b_n - A_n)`` (batch cpu
   used beyond the unallocated capacity) gives ``batch_work_above_unallocated_fraction``.
+* Borg's task-level count: the batch cpu used by pods whose placement needed reclaimed capacity
+  (by requests, production's and the batch pods' before it, the node had no room for the pod on
+  cpu or ram), over all cpu work: ``task_reclaimed_work_fraction``. Zero in an arm without
+  reclamation, by construction (the ledger then fits by requests).
 * Pareto reserve yield: over active nodes (``Q_n > 0``), ``sum min(b_n, A_n) / sum A_n``
   integrated over time: the share of the reserve the blueprint left on the nodes it uses that
   carried batch work.
@@ -68,6 +72,7 @@ class Metrics:
         batch_res_ram: np.ndarray,
         unmet: float,
         capped: float,
+        batch_cpu_by_reclaim: float = 0.0,
     ) -> None:
         """Integrate one tick from per-node (N,) production and batch cpu usage and batch reservations."""
         x_cpu = np.maximum(batch_res_cpu - self.unallocated[:, CPU], 0.0)
@@ -76,6 +81,7 @@ class Metrics:
         s = self.sums
         s["production_cpu"] += float(prod_cpu.sum()) * dt
         s["batch_cpu"] += float(batch_cpu.sum()) * dt
+        s["batch_cpu_by_reclaim"] += batch_cpu_by_reclaim * dt
         s["reclaimed_cpu"] += float(x_cpu.sum()) * dt
         s["reclaimed_ram"] += float(x_ram.sum()) * dt
         s["reclaimed_work"] += float((batch_cpu * share).sum()) * dt

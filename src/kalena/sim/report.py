@@ -99,9 +99,12 @@ def build_report(sim: Simulation) -> dict[str, Any]:
     counts = m.counts
     return {
         "seed": cfg.seed,
+        "arm": cfg.arm,
         "reclaim": cfg.reclaim,
+        "enforce": cfg.enforce,
         "estimator": cfg.policy.estimator,
         "estimator_params": dataclasses.asdict(getattr(cfg.policy, cfg.policy.estimator)),
+        "batch_load_factor": cfg.batch_load_factor,
         "simulated_seconds": _r(cfg.ticks * cfg.tick_s),
         "tick_seconds": cfg.tick_s,
         "wall_seconds": _r(sim.wall_seconds, 3),
@@ -115,6 +118,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
             "ram_requested_gib": _r(led.request_sum[:, RAM].sum()),
         },
         "reclaimed_work_fraction": _r(s["reclaimed_work"] / total_work if total_work else 0.0),
+        "task_reclaimed_work_fraction": _r(s["batch_cpu_by_reclaim"] / total_work if total_work else 0.0),
         "batch_work_above_unallocated_fraction": _r(
             s["work_above_unallocated"] / total_work if total_work else 0.0
         ),
@@ -159,8 +163,13 @@ def build_report(sim: Simulation) -> dict[str, Any]:
     }
 
 
-def compare(reclaim: dict[str, Any], no_reclaim: dict[str, Any]) -> dict[str, Any]:
-    """The reclaim arm's report with the other arm nested under ``no_reclaim`` and the differences."""
+def compare(
+    reclaim: dict[str, Any], no_reclaim: dict[str, Any], baseline: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The reclaim arm's report with the others nested (``no_reclaim``: Kalena's policy without
+    reclamation; ``baseline``: no Kalena) and the differences. Against the baseline, the headline:
+    ``work_enabled_by_reclamation_fraction``, the batch cpu work the reclaim arm did beyond the
+    baseline's, over all the reclaim arm's cpu work (may be negative)."""
     out = dict(reclaim)
     out["no_reclaim"] = no_reclaim
     gain = reclaim["batch_cpu_core_hours"] - no_reclaim["batch_cpu_core_hours"]
@@ -171,4 +180,18 @@ def compare(reclaim: dict[str, Any], no_reclaim: dict[str, Any]) -> dict[str, An
             reclaim["production_unmet_cpu_core_seconds"] - no_reclaim["production_unmet_cpu_core_seconds"]
         ),
     }
+    if baseline is not None:
+        out["baseline"] = baseline
+        total = reclaim["batch_cpu_core_hours"] + reclaim["production_cpu_core_hours"]
+        more = reclaim["batch_cpu_core_hours"] - baseline["batch_cpu_core_hours"]
+        unmet = "production_unmet_cpu_core_seconds"
+        out["comparison"].update(
+            {
+                "work_enabled_by_reclamation_fraction": _r(more / total if total else 0.0),
+                "extra_batch_cpu_core_hours_over_baseline": _r(more),
+                "extra_batch_tasks_completed_over_baseline": reclaim["batch_tasks_completed"]
+                - baseline["batch_tasks_completed"],
+                "extra_production_unmet_cpu_core_seconds_over_baseline": _r(reclaim[unmet] - baseline[unmet]),
+            }
+        )
     return out

@@ -37,6 +37,7 @@ class RowTable:
         self.work = np.zeros(capacity)  # batch: core-seconds done since its start
         self.work_total = np.full(capacity, np.inf)  # batch: core-seconds it needs
         self.startup_until = np.full(capacity, np.inf)  # batch: no progress before this time
+        self.by_reclaim = np.zeros(capacity, dtype=bool)  # batch: placed where requests did not fit
         # throttled time in whole microseconds, as cgroup cpu.stat counts it (throttled_usec): since
         # the resident's start, per tick in a ring over the window, and the ring's row sums
         self.throttled_total = np.zeros(capacity, dtype=np.int64)
@@ -69,6 +70,7 @@ class RowTable:
         self.work = np.concatenate((self.work, np.zeros(extra)))
         self.work_total = np.concatenate((self.work_total, np.full(extra, np.inf)))
         self.startup_until = np.concatenate((self.startup_until, np.full(extra, np.inf)))
+        self.by_reclaim = np.concatenate((self.by_reclaim, np.zeros(extra, dtype=bool)))
         self.throttled_total = np.concatenate((self.throttled_total, np.zeros(extra, dtype=np.int64)))
         self.throttled = np.concatenate((self.throttled, np.zeros((extra, self.window), dtype=np.int64)))
         self.throttled_window = np.concatenate((self.throttled_window, np.zeros(extra, dtype=np.int64)))
@@ -99,6 +101,7 @@ class RowTable:
         self.work[row] = 0.0
         self.work_total[row] = np.inf
         self.startup_until[row] = np.inf
+        self.by_reclaim[row] = False
         self.throttled_total[row] = 0
         self.throttled[row] = 0
         self.throttled_window[row] = 0

@@ -1,0 +1,81 @@
+"""The simulator's three arms and Borg's task-level count.
+
+* the baseline arm (no Kalena: ``reclaim`` and ``enforce`` off) never runs the core's round;
+  reclamation without enforcement is refused;
+* each placement's "needed reclaimed capacity" flag is what a plain request count says at that
+  moment (checked against a loop over the pass's placements, in order, on the real run);
+* an arm without reclamation places nothing beyond requests; Kalena's arm does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kalena.core.resources import CPU, RAM
+from kalena.core.tolerance import REL_TOL
+from kalena.core.validate import ConfigError
+from kalena.data import irina_paths
+from kalena.ir import load_cluster
+from kalena.sim import SimConfig, Simulation, build_report
+
+CLUSTER = load_cluster(*irina_paths())
+
+
+def test_reclamation_without_enforcement_is_refused():
+    with pytest.raises(ConfigError) as e:
+        SimConfig(reclaim=True, enforce=False)
+    assert e.value.key == "enforce"
+    assert SimConfig(reclaim=False, enforce=False).arm == "baseline"
+    assert SimConfig(reclaim=False).arm == "kalena-no-reclaim" and SimConfig().arm == "kalena"
+
+
+class Watched(Simulation):
+    """Records each pass's flags beside a plain recount of the node's requests, made here."""
+
+    def _beyond_requests(self, rows, nodes):  # type: ignore[no-untyped-def]
+        got = super()._beyond_requests(rows, nodes)
+        led = self.ledger
+        rs = led.row_arrays()
+        fresh = set(rows.tolist())
+        used = {}
+        for n in set(nodes.tolist()):
+            on = [r for r in rs.live_rows().tolist() if rs.node[r] == n and rs.is_batch[r] and r not in fresh]
+            used[n] = led.request_sum[n, [CPU, RAM]] + sum((rs.request[r, [CPU, RAM]] for r in on), np.zeros(2))
+        want = []
+        for r, n in zip(rows.tolist(), nodes.tolist(), strict=True):
+            used[n] = used[n] + rs.request[r, [CPU, RAM]]
+            cap = led.capacity[n, [CPU, RAM]]
+            want.append(bool((used[n] > cap + REL_TOL * np.maximum(1.0, cap)).any()))
+        self.checked.append((got.tolist(), want))
+        return got
+
+    checked: list
+
+
+@pytest.mark.parametrize("reclaim", [True, False])
+def test_each_placement_is_flagged_as_a_request_count_says(reclaim):
+    sim = Watched(CLUSTER, SimConfig(hours=0.25, seed=0, reclaim=reclaim))
+    sim.checked = []
+    sim.run()
+    assert sim.checked, "no placement pass ran"
+    flagged = 0
+    for got, want in sim.checked:
+        assert got == want
+        flagged += sum(got)
+    report = build_report(sim)
+    if reclaim:
+        assert flagged > 0 and report["task_reclaimed_work_fraction"] > 0
+    else:  # the ledger fits by requests: nothing is placed beyond them (up to the fit's rounding)
+        assert flagged <= 2 and report["task_reclaimed_work_fraction"] < 1e-4
+
+
+def test_the_baseline_never_runs_the_round():
+    class NoRound(Simulation):
+        def _round(self, now):  # type: ignore[no-untyped-def]
+            raise AssertionError("the baseline ran Kalena's round")
+
+    sim = NoRound(CLUSTER, SimConfig(hours=0.1, seed=0, reclaim=False, enforce=False))
+    sim.run()
+    report = build_report(sim)
+    assert report["arm"] == "baseline" and report["mitigation"]["node_rounds"] == 0
+    assert report["batch_tasks_submitted"] > 0 and report["batch_cpu_core_hours"] > 0
