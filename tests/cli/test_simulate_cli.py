@@ -128,16 +128,27 @@ def test_no_kalena_at_all_is_the_baseline_arm(tmp_path):
     assert report["batch_throttled_seconds"]["total"] == 0
 
 
+def _json_run(out: Path, *args: str) -> dict:
+    """``kalena simulate --json --no-plots --out OUT ARGS``: its report (the run must succeed)."""
+    res = runner.invoke(app, ["simulate", *args, "--json", "--no-plots", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
 def test_batch_load_scales_what_is_offered(tmp_path):
     submitted = {}
     for load in ("0.25", "1"):
-        res = runner.invoke(app, ["simulate", "--hours", "0.1", "--batch-load", load, "--json", "--no-plots",
-                                  "--out", str(tmp_path / load)])  # fmt: skip
-        assert res.exit_code == 0, res.output
-        report = json.loads(res.stdout)
+        report = _json_run(tmp_path / load, "--hours", "0.1", "--batch-load", load)
         assert report["batch_load_factor"] == float(load)
         submitted[load] = report["batch_tasks_submitted"]
     assert submitted["0.25"] < 0.5 * submitted["1"]
+
+
+def test_drop_empty_nodes_leaves_batch_only_what_production_nodes_leave(tmp_path):
+    report = _json_run(tmp_path, "--hours", "0.1", "--drop-empty-nodes")
+    c = report["cluster"]
+    assert c["nodes"] == c["active_nodes"] == 152  # Irina's 34 empty nodes left out
+    assert c["production_workloads"] == 2714
 
 
 def test_compare_shows_the_three_arms_side_by_side(tmp_path):
@@ -238,10 +249,7 @@ def test_a_lower_margin_reserves_less(tmp_path):
     """The margin reaches the core: a lower one leaves more slack, so more batch work is placed."""
     work = {}
     for m in ("1.0", "2.0"):
-        res = runner.invoke(app, ["simulate", "--hours", "0.5", "--margin", m, "--json", "--no-plots",
-                                  "--out", str(tmp_path / m)])  # fmt: skip
-        assert res.exit_code == 0, res.output
-        work[m] = json.loads(res.stdout)["reclaimed_cpu_core_hours"]
+        work[m] = _json_run(tmp_path / m, "--hours", "0.5", "--margin", m)["reclaimed_cpu_core_hours"]
     assert work["1.0"] > work["2.0"]
 
 

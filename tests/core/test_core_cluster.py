@@ -104,3 +104,12 @@ def test_group_and_observed_validate_their_ranges():
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         ObservedUsage(exceeded_request_fraction=1.5)
     assert ObservedUsage(p95=Resources.of(cpu=1)).p50 is None
+
+
+def test_without_empty_nodes_keeps_production_where_it_is():
+    c = small_cluster({"web/api-0000": "b", "web/api-0001": "b"})
+    d = c.without_empty_nodes()
+    assert d.node_names() == ("b",) and dict(d.placement) == dict(c.placement)
+    assert d.capacity["b"] == c.capacity["b"] and d.workloads == c.workloads
+    np.testing.assert_array_equal(d.node_load(), c.node_load()[1:])
+    assert d.active_nodes() == c.active_nodes()

@@ -40,7 +40,8 @@ class Watched(Simulation):
         used = {}
         for n in set(nodes.tolist()):
             on = [r for r in rs.live_rows().tolist() if rs.node[r] == n and rs.is_batch[r] and r not in fresh]
-            used[n] = led.request_sum[n, [CPU, RAM]] + sum((rs.request[r, [CPU, RAM]] for r in on), np.zeros(2))
+            older = sum((rs.request[r, [CPU, RAM]] for r in on), np.zeros(2))
+            used[n] = led.request_sum[n, [CPU, RAM]] + older
         want = []
         for r, n in zip(rows.tolist(), nodes.tolist(), strict=True):
             used[n] = used[n] + rs.request[r, [CPU, RAM]]

@@ -288,6 +288,14 @@ def simulate(
         float | None,
         typer.Option(help="Seconds of the estimator's half-life, > 0 (decay, histogram). Default: its own."),
     ] = None,
+    drop_empty_nodes: Annotated[
+        bool,
+        typer.Option(
+            "--drop-empty-nodes",
+            metavar="",
+            help="Leave out the nodes the blueprint puts no production on (batch gets only what it leaves).",
+        ),
+    ] = False,
     batch_load: Annotated[
         float,
         typer.Option(help="The batch load offered, as a multiple of the fitted one (> 0).", callback=_load),
@@ -303,6 +311,8 @@ def simulate(
         raise _fail([bad_out])
     policy = _policy(estimator.value, margin, half_life)
     cluster = _cluster(infra, workloads, blueprint)
+    if drop_empty_nodes:
+        cluster = cluster.without_empty_nodes()
     base = SimConfig(
         hours=hours,
         seed=seed,

@@ -150,6 +150,21 @@ class Cluster:
             observed=MappingProxyType(dict(observed or {})),
         )
 
+    def without_empty_nodes(self) -> Cluster:
+        """The cluster with only the nodes the placement puts production on (the blueprint's empty
+        nodes left out: batch then has only what production's nodes leave)."""
+        used = set(self.placement.values())
+        nodes = tuple(n for n in self.nodes if n.name in used)
+        return Cluster(
+            nodes=nodes,
+            daemonsets=self.daemonsets,
+            capacity=MappingProxyType({n.name: self.capacity[n.name] for n in nodes}),
+            workloads=self.workloads,
+            placement=self.placement,
+            groups=self.groups,
+            observed=self.observed,
+        )
+
     # lookups --------------------------------------------------------------------------------
     def node(self, name: str) -> NodeSpec:
         return self.nodes[self._node_pos[name]]  # type: ignore[attr-defined]

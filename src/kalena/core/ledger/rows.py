@@ -95,12 +95,7 @@ class RowStore:
                 self._grow()
             row = self.high
             self.high += 1
-        self.node[row] = node
-        self.request[row] = request
-        self.reservation[row] = reservation
-        self.is_batch[row] = is_batch
-        self.alive[row] = True
-        self.version[row] = version
+        self._fill(row, node, request, reservation, is_batch, version)
         self.specs[row] = spec
         self.ids[row] = spec.id
         self.keys[row] = spec.equivalence_key
@@ -129,12 +124,7 @@ class RowStore:
             [np.array(reused, dtype=np.int64), np.arange(self.high, self.high + fresh, dtype=np.int64)]
         )
         self.high += fresh
-        self.node[rows] = node
-        self.request[rows] = request
-        self.reservation[rows] = reservation
-        self.is_batch[rows] = is_batch
-        self.alive[rows] = True
-        self.version[rows] = version
+        self._fill(rows, node, request, reservation, is_batch, version)
         for row, spec in zip(rows.tolist(), specs, strict=True):
             self.specs[row] = spec
         self.ids[rows] = [w.id for w in specs]
@@ -142,6 +132,23 @@ class RowStore:
         self.priority[rows] = [w.priority for w in specs]
         self.slack_cpu[rows] = [w.slack_cpu for w in specs]
         return rows
+
+    def _fill(
+        self,
+        rows: int | np.ndarray,
+        node: int | np.ndarray,
+        request: np.ndarray,
+        reservation: np.ndarray,
+        is_batch: bool,
+        version: int | np.ndarray,
+    ) -> None:
+        """The numeric columns of a row, or of many at once."""
+        self.node[rows] = node
+        self.request[rows] = request
+        self.reservation[rows] = reservation
+        self.is_batch[rows] = is_batch
+        self.alive[rows] = True
+        self.version[rows] = version
 
     def remove(self, row: int) -> None:
         """Free one row; its numbers are zeroed so that a from-scratch sum over all rows stays exact."""

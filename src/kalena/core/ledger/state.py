@@ -432,10 +432,7 @@ class Ledger:
         rows = self._rows.add_many(specs, where, req, res, is_batch=is_batch, version=versions)
         if rows.size and int(rows.min()) < self._production:
             self._production_ids = None
-        if int(rows.max()) >= len(self._sum_bins):  # the rows doubled
-            grown = np.tile(self._spill, (self._rows.capacity, 1))
-            grown[: len(self._sum_bins)] = self._sum_bins
-            self._sum_bins = grown
+        self._cover(int(rows.max()))
         self._sum_bins[rows] = self._dim_bins + where[:, None] * NDIM
         self._row_of.update(zip((w.id for w in specs), rows.tolist(), strict=True))
         if self._index is not None:
@@ -454,10 +451,7 @@ class Ledger:
         row = self._rows.add(spec, n, req, res, is_batch=is_batch, version=self._global_epoch)
         if row < self._production:  # never through the commitments (production rows are not freed)
             self._production_ids = None
-        if row >= len(self._sum_bins):  # the rows doubled
-            grown = np.tile(self._spill, (self._rows.capacity, 1))
-            grown[: len(self._sum_bins)] = self._sum_bins
-            self._sum_bins = grown
+        self._cover(row)
         self._sum_bins[row] = self._dim_bins + n * NDIM
         self._row_of[spec.id] = row
         if self._index is not None:
@@ -469,6 +463,13 @@ class Ledger:
         else:
             self._request_sum[n] += req
             self._service_count[n] += 1
+
+    def _cover(self, row: int) -> None:
+        """The bin index reaches ``row`` (grown with the rows when they doubled)."""
+        if row >= len(self._sum_bins):
+            grown = np.tile(self._spill, (self._rows.capacity, 1))
+            grown[: len(self._sum_bins)] = self._sum_bins
+            self._sum_bins = grown
 
     def _drop(self, workload_id: str) -> None:
         row = self._row_of.pop(workload_id)
