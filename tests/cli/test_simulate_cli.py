@@ -178,6 +178,17 @@ def test_compare_shows_the_three_arms_side_by_side(tmp_path):
         assert 0 <= capped <= unmet + 1e-6
 
 
+def test_compare_plots_the_arms_and_a_plain_run_removes_that_plot(tmp_path):
+    res = runner.invoke(app, ["simulate", "--hours", "0.1", "--compare", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    png = (tmp_path / "compare.png").read_bytes()
+    assert png[:8] == PNG and png != (tmp_path / "slack_cluster.png").read_bytes()
+    res = runner.invoke(app, ["simulate", "--hours", "0.1", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert not (tmp_path / "compare.png").exists()  # the folder holds one run's output
+    assert (tmp_path / "slack_cluster.png").read_bytes()[:8] == PNG
+
+
 def _ir(tmp_path: Path, infra: str, workloads: str, blueprint: str) -> list[str]:
     paths = []
     for name, text in (("infra.yaml", infra), ("workloads.yaml", workloads), ("blueprint.yaml", blueprint)):

@@ -82,15 +82,21 @@ def _check_out(out: Path) -> str | None:
     return None
 
 
-def _write_outputs(out: Path, report: dict[str, Any], sim: Simulation | None) -> list[Path]:
-    """report.json and the plots (``sim`` None: no plots), into ``out``: all of them or none, and
-    the outputs of an earlier run that this one did not write (plots after ``--no-plots``) removed,
-    so the folder always holds one run's complete output (``write_files_atomic``)."""
+def _write_outputs(
+    out: Path,
+    report: dict[str, Any],
+    sim: Simulation | None,
+    arms: list[tuple[str, Simulation]] | None = None,
+) -> list[Path]:
+    """report.json and the plots (``sim`` None: no plots; ``arms``: the compared runs), into
+    ``out``: all of them or none, and the outputs of an earlier run that this one did not write
+    (plots after ``--no-plots``, a comparison after a plain run) removed, so the folder always
+    holds one run's complete output (``write_files_atomic``)."""
     files: dict[Path, str | bytes] = {out / REPORT_FILE: json.dumps(report, indent=2) + "\n"}
     if sim is not None:
         from kalena.sim.plots import render_plots  # matplotlib loads only when plots are wanted
 
-        files.update({out / name: png for name, png in render_plots(sim).items()})
+        files.update({out / name: png for name, png in render_plots(sim, arms).items()})
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -325,17 +331,19 @@ def simulate(
     sim = _run(cluster, base, ARM_LABELS[base.arm], show)
     report = build_report(sim)
     arms = [(ARM_LABELS[base.arm], report)]
+    runs = [(ARM_LABELS[base.arm], sim)]
     if compare:
         for other_cfg in (
             dataclasses.replace(base, reclaim=False),
             dataclasses.replace(base, reclaim=False, enforce=False),
         ):
-            other = build_report(_run(cluster, other_cfg, ARM_LABELS[other_cfg.arm], show))
-            arms.append((ARM_LABELS[other_cfg.arm], other))
+            other_sim = _run(cluster, other_cfg, ARM_LABELS[other_cfg.arm], show)
+            runs.append((ARM_LABELS[other_cfg.arm], other_sim))
+            arms.append((ARM_LABELS[other_cfg.arm], build_report(other_sim)))
         report = compare_reports(arms[0][1], arms[1][1], arms[2][1])
         arms[0] = (arms[0][0], report)
     try:
-        written = _write_outputs(out, report, sim if plots else None)
+        written = _write_outputs(out, report, sim if plots else None, runs if compare else None)
     except OSError as e:
         raise _fail([f"{out}: cannot write the report: {e.strerror or e}; nothing was written"]) from None
     if as_json:

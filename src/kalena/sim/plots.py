@@ -6,6 +6,9 @@
   between requests and reservations is what Kalena reclaims.
 * ``reservation_cdf.png``: CDFs over production pods and samples of reservation/request and
   usage/request, for cpu and ram (seed 000 §6.3 metric 6).
+* ``compare.png`` (``--compare``): the arms side by side: the batch cpu in use over the run in
+  each, against the capacity the blueprint left unallocated (all a plain cluster may give batch),
+  and the batch work done so far in each.
 
 The representative node is the active node whose time-mean gap between requests and
 reservations is the median among active nodes (ties: lowest index).
@@ -24,9 +27,10 @@ import numpy as np
 
 from kalena.core.resources import CPU
 from kalena.sim.engine import Simulation
-from kalena.sim.report import ACCURACY_PLOT, SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT
+from kalena.sim.report import ACCURACY_PLOT, COMPARE_PLOT, SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT
 
 COLOURS = {"capacity": "#222222", "requests": "#d62728", "reservations": "#1f77b4", "usage": "#2ca02c"}
+ARM_COLOURS = {"kalena": "#1f77b4", "kalena-no-reclaim": "#ff7f0e", "baseline": "#7f7f7f"}
 
 
 def representative_node(sim: Simulation) -> int:
@@ -122,10 +126,43 @@ def accuracy_plot(sim: Simulation) -> bytes | None:
     return _png(fig)
 
 
-def render_plots(sim: Simulation) -> dict[str, bytes]:
-    """Every plot of the run as PNG bytes, by file name (the caller writes them, all or none)."""
+def compare_plot(arms: list[tuple[str, Simulation]]) -> bytes:
+    """The arms of one ``--compare`` (label, finished run): batch cpu in use and work done."""
+    fig, (use, work) = plt.subplots(1, 2, figsize=(13, 4.8))
+    for label, sim in arms:
+        m = sim.metrics
+        k = m.samples
+        hours = m.t[:k] / 3600.0
+        batch = m.cluster[:k, 3] - m.cluster[:k, 4]  # all usage minus production's
+        colour = ARM_COLOURS.get(sim.cfg.arm)
+        use.plot(hours, batch, color=colour, lw=1.3, label=label)
+        # the work integrated sample to sample (the report's figure integrates every tick)
+        done = np.concatenate([[0.0], np.cumsum(np.diff(m.t[:k]) * batch[1:])]) / 3600.0
+        work.plot(hours, done, color=colour, lw=1.5, label=label)
+    free = float(arms[0][1].metrics.unallocated[:, CPU].sum())
+    use.axhline(free, color=COLOURS["capacity"], lw=1.0, ls=":", label="unallocated capacity (C - Q)")
+    use.set_title("Batch cpu in use")
+    use.set_ylabel("cpu cores")
+    work.set_title("Batch work done")
+    work.set_ylabel("core-hours")
+    for ax in (use, work):
+        ax.set_xlabel("simulated hours")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8, framealpha=0.9)
+    first = arms[0][1]
+    fig.suptitle(f"The arms on the same inputs: {first.ledger.n_nodes} nodes, seed {first.cfg.seed}")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def render_plots(sim: Simulation, others: list[tuple[str, Simulation]] | None = None) -> dict[str, bytes]:
+    """Every plot of the run as PNG bytes, by file name (the caller writes them, all or none);
+    ``others``: the compared arms, the run itself first (labelled)."""
     out = slack_plots(sim)
     acc = accuracy_plot(sim)
     if acc is not None:
         out[ACCURACY_PLOT] = acc
+    if others:
+        out[COMPARE_PLOT] = compare_plot(others)
     return out

@@ -27,12 +27,13 @@ WHY_PENDING_EXAMPLES = 3
 #: The files of a run's output folder (``kalena simulate --out``), named here, without matplotlib, so
 #: that a later run can replace or remove each of them: the report and the plots of ``sim.plots``.
 REPORT_FILE = "report.json"
-SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT, ACCURACY_PLOT = (
+SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT, ACCURACY_PLOT, COMPARE_PLOT = (
     "slack_cluster.png",
     "slack_node.png",
     "reservation_cdf.png",
+    "compare.png",  # --compare only: the arms side by side
 )
-OUTPUT_FILES = (REPORT_FILE, SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT, ACCURACY_PLOT)
+OUTPUT_FILES = (REPORT_FILE, SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT, ACCURACY_PLOT, COMPARE_PLOT)
 
 
 def _r(x: float, digits: int = 6) -> float:
