@@ -178,6 +178,18 @@ def test_compare_shows_the_three_arms_side_by_side(tmp_path):
         assert 0 <= capped <= unmet + 1e-6
 
 
+def test_why_tells_a_pods_story_in_the_report_and_on_screen(tmp_path):
+    pod = "batch/job-000452-00001"
+    report = _json_run(tmp_path / "j", "--hours", "0.1", "--why", pod)
+    story = report["why"][pod]
+    assert story["history"][0]["state"] == "pending" and story["history"][0]["reason"] == "submitted"
+    assert story["state_at_end"] == story["history"][-1]["state"]
+    args = ["simulate", "--hours", "0.1", "--no-plots", "--out", str(tmp_path), "--why", pod]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert f"{pod}: {story['state_at_end']}" in res.stdout and "start-requested" in res.stdout
+
+
 def test_compare_plots_the_arms_and_a_plain_run_removes_that_plot(tmp_path):
     res = runner.invoke(app, ["simulate", "--hours", "0.1", "--compare", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
@@ -267,6 +279,7 @@ def test_a_lower_margin_reserves_less(tmp_path):
 BAD_OPTIONS = [
     ("compare-and-no-reclaim", ["--compare", "--no-reclaim"], "--compare"),
     ("batch-load-0", ["--batch-load", "0"], "not a finite number > 0"),
+    ("why-unknown-pod", ["--why", "batch/nobody"], "--why: no batch pod 'batch/nobody' in this run"),
     ("baseline-and-no-reclaim", ["--no-reclaim", "--baseline"], "--no-reclaim and --baseline: give one"),
     ("one-document-only", ["--infra", "x.yaml"], "all three IR documents"),
     ("margin-below-1", ["--margin", "0.9"], "--margin: must be a finite number >= 1 (value: 0.9)"),

@@ -80,3 +80,24 @@ def test_the_baseline_never_runs_the_round():
     report = build_report(sim)
     assert report["arm"] == "baseline" and report["mitigation"]["node_rounds"] == 0
     assert report["batch_tasks_submitted"] > 0 and report["batch_cpu_core_hours"] > 0
+
+
+def test_a_pods_story_has_every_step_and_says_why_it_waits():
+    from kalena.core.lifecycle import TaskState
+    from kalena.sim.report import task_index, task_story
+
+    sim = Simulation(CLUSTER, SimConfig(hours=0.5, seed=0))
+    sim.run()
+    states = sim.task_states()
+    evicted = int(np.flatnonzero(sim.ts.evictions > 0)[0])
+    story = task_story(sim, evicted)
+    assert task_index(sim, story["task"]) == evicted
+    assert [s["state"] for s in story["history"]] == [t.state.value for t in sim.life.history(evicted)]
+    assert "evicting" in [s["state"] for s in story["history"]] and story["evictions"] >= 1
+    pending = int(np.flatnonzero(states == TaskState.PENDING.code)[0])
+    waiting = task_story(sim, pending)
+    assert waiting["state_at_end"] == "pending" and waiting["node_at_end"] is None
+    assert waiting["why_pending"]  # the core's answer, in words
+    late = int(np.flatnonzero(states < 0)[0]) if (states < 0).any() else None
+    if late is not None:  # a pod the run never reached
+        assert task_story(sim, late)["state_at_end"] == "not submitted"

@@ -32,7 +32,7 @@ from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 from kalena.ir.write import write_files_atomic
 from kalena.sim import SimConfig, Simulation, build_report, compare_reports
-from kalena.sim.report import OUTPUT_FILES, REPORT_FILE
+from kalena.sim.report import OUTPUT_FILES, REPORT_FILE, task_index, task_story
 
 EXIT_INVARIANT = 1
 EXIT_BAD_INPUT = 2
@@ -132,11 +132,19 @@ def _cluster(infra: Path | None, workloads: Path | None, blueprint: Path | None)
     return cluster
 
 
-def _run(cluster: Cluster, config: SimConfig, label: str, show: bool) -> Simulation:
+def _run(
+    cluster: Cluster, config: SimConfig, label: str, show: bool, why: list[str] | None = None
+) -> Simulation:
     try:
         sim = Simulation(cluster, config)
     except ValueError as e:  # a blueprint the ledger refuses (e.g. it overfills a node)
         raise _fail([f"cannot simulate this cluster: {e}"]) from None
+    unknown = [t for t in why or [] if task_index(sim, t) is None]
+    if unknown:  # said before the run, not after it
+        some = ", ".join(spec.id for spec in sim.tasks.specs[:3])
+        raise _fail(
+            [f"--why: no batch pod {t!r} in this run (its pods are named like {some})" for t in unknown]
+        )
     if not show:
         sim.run()
         return sim
@@ -203,6 +211,20 @@ def _headline(report: dict[str, Any]) -> str:
             f"pods placed by reclamation did {100 * task:.1f} % ({borg})."
         )
     return f"Pods placed by reclamation did {100 * task:.1f} % of all cpu work ({borg}; --compare for more)."
+
+
+def _story(story: dict[str, Any]) -> Table:
+    """``--why``: one pod's steps as a table, its end and its why-pending answer in the title."""
+    end = f"{story['state_at_end']}" + (f" on {story['node_at_end']}" if story["node_at_end"] else "")
+    title = f"{story['task']}: {end}, {story['evictions']} evictions, {story['kernel_kills']} kernel kills"
+    if "why_pending" in story:
+        title += f"\nwhy pending: {story['why_pending']}"
+    table = Table(title=title, title_justify="left")
+    for col in ("simulated s", "state", "reason"):
+        table.add_column(col)
+    for step in story["history"]:
+        table.add_row(f"{step['at']:,.0f}", step["state"], step["reason"])
+    return table
 
 
 def _get(report: dict[str, Any], path: str) -> Any:
@@ -302,6 +324,14 @@ def simulate(
             help="Leave out the nodes the blueprint puts no production on (batch gets only what it leaves).",
         ),
     ] = False,
+    why: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--why",
+            metavar="TASK",
+            help="A batch pod's story: its every step and reason, and why it waits (repeatable).",
+        ),
+    ] = None,
     batch_load: Annotated[
         float,
         typer.Option(help="The batch load offered, as a multiple of the fitted one (> 0).", callback=_load),
@@ -328,8 +358,10 @@ def simulate(
         policy=policy,
     )
     show = not as_json
-    sim = _run(cluster, base, ARM_LABELS[base.arm], show)
+    sim = _run(cluster, base, ARM_LABELS[base.arm], show, why)
     report = build_report(sim)
+    if why:
+        report["why"] = {t: task_story(sim, task_index(sim, t)) for t in why}  # type: ignore[arg-type]
     arms = [(ARM_LABELS[base.arm], report)]
     runs = [(ARM_LABELS[base.arm], sim)]
     if compare:
@@ -354,6 +386,8 @@ def simulate(
         console.print(_table(arms))
         console.print("wrote " + ", ".join(str(p) for p in written))
         console.print(_headline(report))
+        for story in report.get("why", {}).values():
+            console.print(_story(story))
     if report["restoration_violations"]:
         typer.echo(
             f"restoration invariant violated {report['restoration_violations']} times: figures invalid",

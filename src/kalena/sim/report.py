@@ -64,21 +64,50 @@ def _accuracy(sim: Simulation) -> dict[str, Any]:
     return out
 
 
-def _why_pending(sim: Simulation) -> list[str]:
-    """The core's why-pending answer for the first few classes still pending at the end."""
-    out = []
-    keys = list(sim.queue.classes)[:WHY_PENDING_EXAMPLES]
-    if not keys:
-        return out
+def _pass_state(sim: Simulation) -> PassState:
+    """A scheduling pass's view of the run's end, for the core's why-pending answers."""
     shell = sim.shell
     nodes, prod_aa, _ = shell.cache.bind(sim.ledger, shell.config)
     ctx = SchedulingContext(
         now=sim.now, cooldowns=shell.cooldowns, blacklist=shell.blacklist, eligible=shell.eligible(sim.now)
     )
-    state = PassState(sim.ledger, ctx, shell.config, nodes, prod_aa, None)
-    for key in keys:
-        pod = sim.tasks.specs[sim.queue.classes[key][0]]
-        out.append(f"{pod.id}: {why_pending(pod, state).message}")
+    return PassState(sim.ledger, ctx, shell.config, nodes, prod_aa, None)
+
+
+def _why_pending(sim: Simulation) -> list[str]:
+    """The core's why-pending answer for the first few classes still pending at the end."""
+    keys = list(sim.queue.classes)[:WHY_PENDING_EXAMPLES]
+    if not keys:
+        return []
+    state = _pass_state(sim)
+    pods = [sim.tasks.specs[sim.queue.classes[key][0]] for key in keys]
+    return [f"{pod.id}: {why_pending(pod, state).message}" for pod in pods]
+
+
+def task_index(sim: Simulation, task_id: str) -> int | None:
+    """The batch pod of id ``task_id`` (its index in the population), or ``None``."""
+    return next((i for i, spec in enumerate(sim.tasks.specs) if spec.id == task_id), None)
+
+
+def task_story(sim: Simulation, i: int) -> dict[str, Any]:
+    """One batch pod's run (``kalena simulate --why``): every lifecycle step with its reason
+    code, where it ran last, its evictions and kernel kills, and, pending at the end, the core's
+    why-pending answer."""
+    spec, ts = sim.tasks.specs[i], sim.ts
+    submitted = i < len(sim.life)
+    steps = sim.life.history(i) if submitted else ()
+    node = int(ts.node[i])
+    out: dict[str, Any] = {
+        "task": spec.id,
+        "submitted_at": _r(float(sim.tasks.submit[i])),
+        "state_at_end": steps[-1].state.value if steps else "not submitted",
+        "history": [{"state": t.state.value, "at": _r(t.time), "reason": t.reason.value} for t in steps],
+        "node_at_end": sim.ledger.node_names[node] if node >= 0 else None,
+        "evictions": int(ts.evictions[i]),
+        "kernel_kills": int(ts.kills[i]),
+    }
+    if steps and steps[-1].state is TaskState.PENDING:
+        out["why_pending"] = why_pending(spec, _pass_state(sim)).message
     return out
 
 
