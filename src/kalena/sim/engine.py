@@ -52,6 +52,7 @@ from kalena.core.ledger import (
     RemoveBatch,
     ReservationUpdate,
     restoration_violations,
+    running_fit,
 )
 from kalena.core.lifecycle import Lifecycle, TaskState, TransitionReason, eviction_reason
 from kalena.core.resources import CPU, NDIM, RAM
@@ -621,15 +622,9 @@ class Simulation:
         dims = [CPU, RAM]
         used = led.request_sum[:, dims].copy()
         np.add.at(used, rs.node[older], rs.request[older][:, dims])
-        req = rs.request[rows][:, dims]
-        out = np.zeros(len(rows), dtype=bool)
-        order = np.argsort(nodes, kind="stable")
-        for group in np.split(order, np.flatnonzero(np.diff(nodes[order])) + 1):
-            n = int(nodes[group[0]])
-            # the node's requests with each of the pass's placements there, in order, added
-            run = np.cumsum(np.vstack([used[n], req[group]]), axis=0)[1:]
-            out[group] = (run > led.capacity_tol[n, dims]).any(axis=1)
-        return out
+        # the core's fit rule, counted by requests: each placement with the earlier ones there
+        _, fits = running_fit(used, nodes, rs.request[rows][:, dims], led.capacity_tol[:, dims])
+        return ~fits
 
     # 9 --------------------------------------------------------------------------------------------
     def _check(self, now: float) -> None:

@@ -16,7 +16,7 @@ reservations (the reservation ledger's batch part) and ``b`` the batch usage:
 * Borg's task-level count: the batch cpu used by pods whose placement needed reclaimed capacity
   (by requests, production's and the batch pods' before it, the node had no room for the pod on
   cpu or ram), over all cpu work: ``task_reclaimed_work_fraction``. Zero in an arm without
-  reclamation, by construction (the ledger then fits by requests).
+  reclamation up to the fit's rounding (the ledger then fits by requests, on its own running sums).
 * Pareto reserve yield: over active nodes (``Q_n > 0``), ``sum min(b_n, A_n) / sum A_n``
   integrated over time: the share of the reserve the blueprint left on the nodes it uses that
   carried batch work.

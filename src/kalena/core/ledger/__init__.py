@@ -15,6 +15,7 @@ from kalena.core.ledger.fit import (
     fits_mask,
     insufficient_resources,
     insufficient_resources_rows,
+    running_fit,
     shortfall,
     tolerant_capacity,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "per_node_sum",
     "resolve_production",
     "restoration_violations",
+    "running_fit",
     "shortfall",
     "sum_violations",
     "tolerant_capacity",

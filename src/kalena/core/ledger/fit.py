@@ -31,6 +31,24 @@ def fits_mask(request: np.ndarray, used: np.ndarray, capacity_tol: np.ndarray) -
     return (used + request <= capacity_tol).all(axis=-1)
 
 
+def running_fit(
+    used: np.ndarray, nodes: np.ndarray, requests: np.ndarray, capacity_tol: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Placements one after another: ``requests[i]`` (``(k, D)``) onto ``nodes[i]``, each node
+    starting from ``used`` (``(N, D)``). Returns, per placement, the node's use with it and every
+    earlier one there added (``(k, D)``, summed in order as a loop would, bit for bit) and whether
+    that fits ``capacity_tol`` (``(k,)``). Whether each one is *taken* is the caller's rule."""
+    running = np.empty_like(requests, dtype=np.float64)
+    order = np.argsort(nodes, kind="stable")
+    for group in np.split(order, np.flatnonzero(np.diff(nodes[order])) + 1):
+        if not len(group):
+            continue
+        n = int(nodes[group[0]])
+        running[group] = np.cumsum(np.vstack([used[n], requests[group]]), axis=0)[1:]
+    fits = (running <= capacity_tol[nodes]).all(axis=1)
+    return running, fits
+
+
 def shortfall(request: np.ndarray, used: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """``used + R - C`` per node and dimension: positive where the request does not fit."""
     return used + request - capacity

@@ -41,7 +41,7 @@ from kalena.core.ledger.commitments import (
     RemoveBatch,
     ReservationUpdate,
 )
-from kalena.core.ledger.fit import insufficient_resources, tolerant_capacity
+from kalena.core.ledger.fit import insufficient_resources, running_fit, tolerant_capacity
 from kalena.core.ledger.index import ResidentIndex
 from kalena.core.ledger.rows import INITIAL_ROWS, RowStore, any_per_row, as_records
 from kalena.core.model import NodeSpec, Selector, Tier, WorkloadSpec
@@ -369,18 +369,16 @@ class Ledger:
             # as placed depends on whether the first was; the loop itself says
             return self._place_one_by_one(placements)
         req = np.array([w.requests.array() for w in specs], dtype=np.float64)
+        running, fits = running_fit(self._reservation_sum, where, req, self._capacity_tol)
+        ok = fits & (req[:, GPU] <= 0)
         cuts: dict[int, np.ndarray] = {}
         order = np.argsort(where, kind="stable")
-        bounds = np.flatnonzero(np.diff(where[order])) + 1
-        for group in np.split(order, bounds):
-            n = int(where[group[0]])
-            # the running sum as the loop keeps it: ((used + r1) + r2) ..., one accumulate
-            running = np.cumsum(np.vstack([self._reservation_sum[n], req[group]]), axis=0)
-            ok = (running[1:] <= self._capacity_tol[n]).all(axis=1) & (req[group, GPU] <= 0)
-            cut = len(group) if ok.all() else int(np.argmin(ok))
+        for group in np.split(order, np.flatnonzero(np.diff(where[order])) + 1):
+            cut = len(group) if ok[group].all() else int(np.argmin(ok[group]))
             placed[group[:cut]] = True
-            if cut < len(group):
-                cuts[int(group[cut])] = running[cut]  # the node's use before the refused one
+            if cut < len(group):  # the node's use before the refused one
+                before = running[group[cut - 1]] if cut else self._reservation_sum[where[group[0]]]
+                cuts[int(group[cut])] = before
         take = np.flatnonzero(placed)
         if take.size:
             versions = self._global_epoch + np.arange(1, take.size + 1, dtype=np.int64)
