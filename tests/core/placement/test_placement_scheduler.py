@@ -238,3 +238,24 @@ def test_production_anti_affinity_binds_through_the_scheduler():
     assert [p.workload.id for p in d.placements] == ["j/ok"]
     assert d.pending[0].workload_id == "j/io"
     assert d.pending[0].message == "0/1 nodes are available: 1 Production anti affinity."
+
+
+def test_a_class_no_ledger_admits_is_answered_without_a_search_and_the_same_way():
+    # 3 nodes of 8 cores: a 9-core class fits no node's ledger, whatever the other filters say.
+    # With equivalence reuse the pass answers it from the fit alone (no candidate search); the
+    # answer, the placements around it and the node count examined are those of the full path.
+    L = ledger_of(nodes3())
+    pods = [batch("a/small", cpu=1, owner="a"), *(batch(f"b/big-{i}", cpu=9, owner="b") for i in range(3))]
+    pods.append(batch("c/small", cpu=2, owner="c"))
+    reuse = run(L, pods, config=PlacementConfig(stranded_dims=("cpu", "ram"), relaxed_randomisation=False))
+    plain = run(
+        L,
+        pods,
+        config=PlacementConfig(
+            stranded_dims=("cpu", "ram"), relaxed_randomisation=False, equivalence_reuse=False
+        ),
+    )
+    assert key(reuse) == key(plain)
+    assert [w.workload_id for w in reuse.pending] == ["b/big-0", "b/big-1", "b/big-2"]
+    assert reuse.pending[0].message == "0/3 nodes are available: 3 Insufficient cpu."
+    assert [p.workload.id for p in reuse.placements] == ["a/small", "c/small"]

@@ -224,7 +224,8 @@ class CachedFitCheck(FitCheck):
     fit: np.ndarray | None = None
     upto: int = 0  # state.placed when ``fit`` was last brought up to date
 
-    def passes(self, nodes: np.ndarray) -> np.ndarray:
+    def current(self) -> np.ndarray:
+        """The fit over every node, brought up to date with the pass's placements."""
         s = self.state
         if self.fit is None:
             self.fit = fits_mask(self.req, s.reservation, s.capacity_tol)
@@ -233,7 +234,14 @@ class CachedFitCheck(FitCheck):
             for n in s.placed_nodes[self.upto : s.placed]:
                 self.fit[n] = fits_mask(self.req, s.reservation[n], s.capacity_tol[n])
             self.upto = s.placed
-        return self.fit[nodes]
+        return self.fit
+
+    def passes(self, nodes: np.ndarray) -> np.ndarray:
+        return self.current()[nodes]
+
+    def any_fit(self) -> bool:
+        """Whether the ledger admits the request on any node at all (else no search can succeed)."""
+        return bool(self.current().any())
 
 
 class ReservationFit:

@@ -21,7 +21,6 @@ message (:data:`UNEXPLAINED`): the placements are the same, and a caller that re
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -89,8 +88,8 @@ def same_class(a: WorkloadSpec, b: WorkloadSpec) -> bool:
 @dataclass(slots=True)
 class _Class:
     rep: WorkloadSpec
-    order: np.ndarray  # nodes passing the per-class filters, in search order
     fit: Prepared
+    order: np.ndarray | None = None  # nodes passing the per-class filters, in search order (on demand)
     why: WhyPending | None = None
     why_at: int = -1  # state.placed when ``why`` was computed
 
@@ -148,20 +147,25 @@ class _Pass:
         cls = self.classes.get(pod.equivalence_key)
         if cls is not None and same_class(cls.rep, pod):
             return cls
-        state = self.state
-        static = feasible(prepare([f for f in self.filters if f.per_class], pod, state), self.all)
-        mask = np.zeros(state.n, dtype=bool)
-        mask[static] = True
-        order = self.order[mask[self.order]]
         fit: Prepared = (
-            ("ReservationFit", self.fit_plugin.prepare_class(pod, state))
+            ("ReservationFit", self.fit_plugin.prepare_class(pod, self.state))
             if self.fit_plugin is not None
             else ("ReservationFit", _NoCheck())
         )
-        cls = _Class(pod, order, fit)
+        cls = _Class(pod, fit)
         if pod.equivalence_key not in self.classes:  # a mismatching pod gets a one-off class
             self.classes[pod.equivalence_key] = cls
         return cls
+
+    def order_of(self, cls: _Class) -> np.ndarray:
+        """The nodes passing the class's per-class filters, in search order (computed once)."""
+        if cls.order is None:
+            state = self.state
+            static = feasible(prepare([f for f in self.filters if f.per_class], cls.rep, state), self.all)
+            mask = np.zeros(state.n, dtype=bool)
+            mask[static] = True
+            cls.order = self.order[mask[self.order]]
+        return cls.order
 
     def pod_checks(self, pod: WorkloadSpec, cls: _Class | None) -> list[Prepared]:
         if cls is None:
@@ -184,17 +188,16 @@ class _Pass:
             and cls.why_at == state.placed
             and not state.prod_aa.names_pod(pod)
         ):
-            return dataclasses.replace(cls.why, workload_id=pod.id)  # nothing changed since: same answer
+            return cls.why.of(pod.id)  # nothing changed since: the same answer
+        if cls is not None and self.k is None and not cls.fit[1].any_fit():
+            # No node's ledger fits the request, so no filter order can find one. Without sampling
+            # the search draws nothing from ``rng``, so skipping it changes no later decision.
+            self.examined += state.n
+            return self.pending(pod, cls)
         checks = self.pod_checks(pod, cls)
-        cands = self.search(checks, cls.order if cls is not None else self.order)
+        cands = self.search(checks, self.order_of(cls) if cls is not None else self.order)
         if not len(cands):
-            if self.explain:
-                why = why_pending(pod, state, self.filters)
-            else:
-                why = WhyPending(pod.id, state.n, 0, (), None, UNEXPLAINED)
-            if cls is not None:
-                cls.why, cls.why_at = why, state.placed
-            return why
+            return self.pending(pod, cls)
         values = self.score(pod, cands)
         if self.k is None:  # candidates ascend: the first maximum is the lowest index among ties
             i = int(values.argmax())
@@ -204,6 +207,17 @@ class _Pass:
         best = float(values.max())
         node = int(cands[values == best].min())  # candidate_sort_key: max score, then lowest index
         return node, best
+
+    def pending(self, pod: WorkloadSpec, cls: _Class | None) -> WhyPending:
+        """Why ``pod`` waits (unexplained when the pass was asked not to), kept for its class."""
+        state = self.state
+        if self.explain:
+            why = why_pending(pod, state, self.filters)
+        else:
+            why = WhyPending(pod.id, state.n, 0, (), None, UNEXPLAINED)
+        if cls is not None:
+            cls.why, cls.why_at = why, state.placed
+        return why
 
     def score(self, pod: WorkloadSpec, nodes: np.ndarray) -> np.ndarray:
         """``runner.weighted_score`` with the weights looked up once per pass."""
@@ -217,6 +231,9 @@ class _Pass:
 class _NoCheck:
     def passes(self, nodes: np.ndarray) -> np.ndarray:
         return np.ones(len(nodes), dtype=bool)
+
+    def any_fit(self) -> bool:
+        return True
 
     def reasons(self, nodes: np.ndarray) -> list:
         return [()] * len(nodes)

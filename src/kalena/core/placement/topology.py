@@ -90,7 +90,14 @@ class ProductionAntiAffinity:
 
     def names_pod(self, pod: WorkloadSpec) -> bool:
         """True when some production term names this very pod (so its answer is not its class's)."""
-        return any(ident in self._by_name for ident in pod.identities())
+        by_name = self._by_name
+        if not by_name:
+            return False
+        # pod.identities() spelled out: this runs for every pod a pass answers from its class
+        if pod.id in by_name or pod.name in by_name:
+            return True
+        decl = pod.declaration
+        return bool(decl) and (decl in by_name or decl.rsplit("/", 1)[-1] in by_name)
 
 
 def domain_counts(

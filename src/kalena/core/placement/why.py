@@ -43,6 +43,12 @@ class WhyPending:
     def reasons(self) -> tuple[Reason, ...]:
         return tuple(r for s in self.statuses if not s.ok for r in s.reasons)
 
+    def of(self, workload_id: str) -> WhyPending:
+        """The same answer for another pod of the class (``dataclasses.replace``, without its cost)."""
+        return WhyPending(
+            workload_id, self.total_nodes, self.available, self.statuses, self.binding, self.message
+        )
+
 
 def binding_sort_key(nodes: int, dim: int) -> tuple[int, int]:
     """Most candidate nodes first; then dimension order (a fixed tie-break)."""
