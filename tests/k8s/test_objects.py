@@ -72,3 +72,33 @@ def test_what_kalena_cannot_evaluate_yet_and_a_bad_classification():
     ds = pod_view({"metadata": {"name": "d", "ownerReferences": [{"kind": "DaemonSet", "name": "x"}]},
                    "spec": {"containers": [{"name": "a"}]}})  # fmt: skip
     assert ds.spec.is_daemonset
+
+
+def test_a_pod_of_kalenas_scheduler_name_is_batch_whatever_its_labels_say():
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "labels": {"kalena.naughtian.io/tier": "service"}},
+        "spec": {"schedulerName": "kalena", "containers": [{"name": "c"}],
+                 "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                     {"labelSelector": {"matchLabels": {"a": "b"}},
+                      "topologyKey": "kubernetes.io/hostname"}]}}},
+    }  # fmt: skip
+    assert pod_view(pod).spec.tier is Tier.SERVICE and pod_view(pod).unsupported == ()
+    v = pod_view(pod, batch_scheduler="kalena")
+    assert v.spec.tier is Tier.BATCH
+    assert v.unsupported == ("required pod affinity or anti-affinity",)  # told as batch is
+    assert pod_view(pod, batch_scheduler="another").spec.tier is Tier.SERVICE
+
+
+def test_quantities_read_once_read_the_same_and_true_is_no_quantity():
+    def cpu(raw):
+        spec, problems = node_spec({"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": raw}}})
+        return spec.allocatable["cpu"], problems
+
+    for _ in range(2):  # the second read of each text comes from the cache
+        assert cpu("1") == (1.0, []) and cpu("250m") == (0.25, []) and cpu(1) == (1.0, [])
+    value, problems = cpu(True)
+    assert math.isinf(value) and "is not a valid Kubernetes quantity" in problems[0]
+    value, problems = cpu("9" * 100)  # long: not cached, still judged
+    assert math.isinf(value) and "is above" in problems[0]
+    value, problems = cpu("lots")
+    assert "is not a valid Kubernetes quantity for cpu" in problems[0]

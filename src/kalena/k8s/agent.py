@@ -146,7 +146,7 @@ class NodePods:
         return None
 
     def _is_batch(self, v: Any) -> bool:
-        return bool(v.spec.tier is Tier.BATCH or v.scheduler == self.name)
+        return bool(v.spec.tier is Tier.BATCH)  # Kalena's scheduler name included (pod_view)
 
     def cgroup_of(self, pod: Mapping[str, Any]) -> str:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
@@ -166,7 +166,7 @@ class NodePods:
             raise DeclarationError([Problem(self.source, "node", p, self.node) for p in problems])
         adopted: list[Adopted] = []
         for raw in sorted(self._pods(), key=lambda p: str((p.get("metadata") or {}).get("uid"))):
-            v = pod_view(raw, infer_batch=self.infer_batch)
+            v = pod_view(raw, infer_batch=self.infer_batch, batch_scheduler=self.name)
             if v.finished or (self._is_batch(v) and not v.spec.is_daemonset):
                 continue
             try:
@@ -208,7 +208,7 @@ class NodePods:
             return None
         out = []
         for raw in self._pods():
-            v = pod_view(raw, infer_batch=self.infer_batch)
+            v = pod_view(raw, infer_batch=self.infer_batch, batch_scheduler=self.name)
             if not self._is_batch(v) or v.spec.is_daemonset or v.phase != "Running":
                 continue
             status = raw.get("status") or {}

@@ -290,10 +290,7 @@ class Extender:
     # -- classification -------------------------------------------------------------------------
     def _batch_spec(self, pod: Mapping[str, Any]) -> WorkloadSpec | None:
         """The pod as the core's batch workload, or None for production (and DaemonSet pods)."""
-        v = pod_view(pod, infer_batch=self.cache.infer_batch)
-        spec = v.spec
-        if v.scheduler == self.cache.name and spec.tier is not Tier.BATCH:  # Kalena's opt-in
-            spec = dataclasses.replace(spec, tier=Tier.BATCH)
+        spec = pod_view(pod, infer_batch=self.cache.infer_batch, batch_scheduler=self.cache.name).spec
         if spec.tier is not Tier.BATCH or spec.is_daemonset:
             return None
         return spec

@@ -107,7 +107,11 @@ class PodView:
         return self.phase in ("Succeeded", "Failed")
 
 
-def pod_view(pod: Mapping[str, Any], *, infer_batch: bool = False) -> PodView:
+def pod_view(
+    pod: Mapping[str, Any], *, infer_batch: bool = False, batch_scheduler: str | None = None
+) -> PodView:
+    """The pod as the scheduler keeps it; a pod of ``batch_scheduler`` (Kalena's name: the opt-in)
+    is batch whatever its labels say."""
     meta = pod.get("metadata") or {}
     ns, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
     wid = f"{ns}/{name}"
@@ -121,10 +125,12 @@ def pod_view(pod: Mapping[str, Any], *, infer_batch: bool = False) -> PodView:
     owner_kind = str(owner.get("kind") or "") if owner else ""
     c = classify(wid, labels, annotations, owner_kind=owner_kind, infer_batch=infer_batch)
     tolerations = tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in parts.tolerations)
+    scheduler = str(raw_spec.get("schedulerName") or "default-scheduler")
+    tier = Tier.BATCH if batch_scheduler is not None and scheduler == batch_scheduler else c.tier
     spec = WorkloadSpec(
         id=wid,
         requests=_resources(parts.requests, default=0.0),
-        tier=c.tier,
+        tier=tier,
         priority=c.priority,
         namespace=ns,
         labels=labels,
@@ -152,10 +158,10 @@ def pod_view(pod: Mapping[str, Any], *, infer_batch: bool = False) -> PodView:
         ns,
         name,
         str(raw_spec.get("nodeName") or ""),
-        str(raw_spec.get("schedulerName") or "default-scheduler"),
+        scheduler,
         str((pod.get("status") or {}).get("phase") or "Pending"),
         tuple(problems),
-        tuple(unsupported) if c.tier is Tier.BATCH else (),
+        tuple(unsupported) if tier is Tier.BATCH else (),
     )
 
 

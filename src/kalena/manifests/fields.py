@@ -7,6 +7,7 @@ a clean value or ``None`` after logging ``FILE: KEY.PATH: MESSAGE (value: VALUE)
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -100,22 +101,32 @@ def units(dim: str, raw: Any, loc: Loc, log: ProblemLog) -> int | None:
     ``0.1`` cpu is exactly 100 millicores despite binary floating point.
     """
     milli = dim in MILLI_DIMS
+    # a cluster's thousands of objects spell the same few quantities ("100m", "128Mi"): a short
+    # text is read once (only texts are cached, as True would hit the entry of 1; only short ones,
+    # so that a hostile file's long strings are not kept)
+    got = _text_units(milli, raw) if type(raw) is str and len(raw) <= 64 else _units(milli, raw)
+    if isinstance(got, int):
+        return got
+    log.add(loc, f"{got} for {dim}", raw)
+    return None
+
+
+def _units(milli: bool, raw: Any) -> int | str:
+    """``raw`` in integer units (millicores where ``milli``), or what is wrong with it."""
     try:  # at most 2**53 units (millicores for cpu), so that every accepted value is exact
         value = parse_quantity(raw, "cpu", limit=MAX_UNITS / 1000 if milli else MAX_UNITS)
-    except QuantityError as e:
-        too_large = isinstance(e, QuantityTooLarge)
-        what = (
-            f"is above {MAX_UNITS:,} {'milli-units' if milli else 'units'}"
-            if too_large
-            else "is not a valid Kubernetes quantity"
-        )
-        log.add(loc, f"{what} for {dim}", raw)
-        return None
+    except QuantityTooLarge:
+        return f"is above {MAX_UNITS:,} {'milli-units' if milli else 'units'}"
+    except QuantityError:
+        return "is not a valid Kubernetes quantity"
     scaled = value * 1000 if milli else value
     nearest = round(scaled)
     if abs(scaled - nearest) <= 1e-9 * max(1.0, abs(scaled)):
         return int(nearest)
     return math.ceil(scaled)
+
+
+_text_units = functools.lru_cache(maxsize=4096)(_units)
 
 
 def requirement(raw: Any, loc: Loc, log: ProblemLog, *, node: bool) -> Requirement | None:
