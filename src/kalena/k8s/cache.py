@@ -328,8 +328,9 @@ def gc_paused() -> Iterator[None]:
     """The cyclic garbage collector off while a burst of objects without cycles is made (a list
     of 10,000 pods decoded, the view read from it). Each allocation burst otherwise sets off
     collections that walk every object alive, the cache's tables included: a list of 10,000 pods
-    (20 MB of JSON) decoded in 1.2 to 2.0 s with it on, 0.5 s with it off (bench/). Such objects
-    are freed by their reference counts whatever the collector does, so nothing is kept longer."""
+    (20 MB of JSON) decoded in 1.2 to 2.0 s with it on, 0.5 s with it off (docs/benchmarks.md).
+    Such objects are freed by their reference counts whatever the collector does, so nothing is
+    kept longer."""
     global _gc_holders, _gc_was_enabled
     with _gc_lock:
         if _gc_holders == 0:
