@@ -7,7 +7,7 @@ objects or Docker labels, and the policies read them. Nothing here does I/O.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -172,13 +172,20 @@ class WorkloadSpec:
     def name(self) -> str:
         return self.id.rsplit("/", 1)[-1]
 
+    def spellings(self) -> tuple[str, ...]:
+        """Every spelling a Selector may use for this workload (repeats possible)."""
+        name = self.id.rsplit("/", 1)[-1]
+        if not self.declaration:
+            return (self.id, name)
+        return (self.id, name, self.declaration, self.declaration.rsplit("/", 1)[-1])
+
     def identities(self) -> frozenset[str]:
-        """Every spelling a Selector may use for this workload."""
-        ids = {self.id, self.name}
-        if self.declaration:
-            ids.add(self.declaration)
-            ids.add(self.declaration.rsplit("/", 1)[-1])
-        return frozenset(ids)
+        """:meth:`spellings` as a set."""
+        return frozenset(self.spellings())
+
+    def named_in(self, names: Container[str]) -> bool:
+        """Whether ``names`` holds some spelling of this workload (no set built: a hot path)."""
+        return any(s in names for s in self.spellings())
 
     @property
     def equivalence_key(self) -> str:

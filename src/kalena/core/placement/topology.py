@@ -90,14 +90,7 @@ class ProductionAntiAffinity:
 
     def names_pod(self, pod: WorkloadSpec) -> bool:
         """True when some production term names this very pod (so its answer is not its class's)."""
-        by_name = self._by_name
-        if not by_name:
-            return False
-        # pod.identities() spelled out: this runs for every pod a pass answers from its class
-        if pod.id in by_name or pod.name in by_name:
-            return True
-        decl = pod.declaration
-        return bool(decl) and (decl in by_name or decl.rsplit("/", 1)[-1] in by_name)
+        return bool(self._by_name) and pod.named_in(self._by_name)
 
 
 def domain_counts(
