@@ -7,15 +7,15 @@ capacity is those CPUs, and what waits for them queues as on a real node. With `
 is instead a CPU quota of one core (cgroup v1 ``cpu.cfs_quota_us`` or v2 ``cpu.max``, through the
 node agent's own :class:`~kalena.agent.writer.CgroupWriter`) over all of the machine's CPUs. Inside it,
 production and batch cgroups each run one CPU burner: a process that wants ``d`` cores, i.e.
-spends ``d`` of every 10 ms of wall time on the CPU (counted in its own CPU time, so under
-contention it still wants ``d``) and sleeps the rest. Production cgroups get the ``cpu.weight``
-the kubelet gives their request; batch gets Kalena's minimal weight 1. For every mix and total
-demand from 50 % to 120 % of the capacity, after a second to settle, the script records over
+spends ``d`` of every slot of wall time (5 to 15 ms, drawn per slot) on the CPU (counted in its own
+CPU time, so under contention it still wants ``d``) and sleeps the rest. Production cgroups get the
+``cpu.weight`` the kubelet gives their request; batch gets the core's ``batch_weight`` (1). For
+every mix and total demand from 50 % to 120 % of the capacity, after a second to settle, it records over
 ``--seconds``: the CPU each cgroup got (``cpuacct.usage`` / ``cpu.stat``), the node's and each
 cgroup's ``some`` and ``full`` CPU pressure (the ``total`` counters of ``cpu.pressure``: the
 share of wall time stalled), the kernel version and the cgroup layout. Needs root and
 per-cgroup PSI (cgroup v2 or hybrid). The JSON it writes is the raw data the simulator's
-contention and pressure model is fitted to (``src/kalena/sim/params/FITTING.md``).
+contention and pressure model is held to (``src/kalena/sim/params/contention/``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Any
 from kalena.agent.build import cgroup_tree
 from kalena.agent.cgroupfs import FsCgroupReader
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope
+from kalena.core.enforcement import ThrottleConfig
 from kalena.sim.rows import cpu_weight
 
 ROOT = "/kalena-measure-contention"
@@ -107,14 +108,16 @@ def run_trial(
     members = MIXES[mix]
     names = [f"node/{m[0]}" for m in members]
     capacity = 1.0 if cpus is None else float(len(cpus))
+    batch_weight = float(ThrottleConfig().batch_weight)
+    weights = [float(cpu_weight(m[3])) if m[1] == "production" else batch_weight for m in members]
+    wants = [m[2] * load * capacity for m in members]
     writer.create("node", "measure")
     quota = capacity if cpus is None else float("inf")
     writer.apply([KnobWrite("node", Knob.CPU_QUOTA, quota, "measure: the node's capacity")])
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for (_, kind, share, request), name in zip(members, names, strict=True):
+        for name, weight, want in zip(names, weights, wants, strict=True):
             writer.create(name, "measure")
-            weight = float(cpu_weight(request)) if kind == "production" else 1.0
             writer.apply([KnobWrite(name, Knob.CPU_WEIGHT, weight, "measure")])
             files = writer.procs_files(name)
 
@@ -127,7 +130,6 @@ def run_trial(
                 if cpus is not None:
                     os.sched_setaffinity(0, cpus)
 
-            want = share * load * capacity
             procs.append(subprocess.Popen([sys.executable, "-c", BURNER, str(want)], preexec_fn=enter))
         time.sleep(1.0)  # settle
         t0 = time.monotonic()
@@ -141,12 +143,10 @@ def run_trial(
         for p in procs:
             p.wait()
     rows = []
-    for (cg, kind, share, request), name in zip(members, names, strict=True):
+    for (cg, kind, _, request), name, weight, want in zip(members, names, weights, wants, strict=True):
         a, b = after[name], before[name]
         rows.append({
-            "cgroup": cg, "kind": kind, "request_cores": request,
-            "weight": float(cpu_weight(request)) if kind == "production" else 1.0,
-            "want_cores": share * load * capacity,
+            "cgroup": cg, "kind": kind, "request_cores": request, "weight": weight, "want_cores": want,
             "got_cores": (a.usage_ns - b.usage_ns) / 1e9 / wall,
             "some": (a.some_us - b.some_us) / 1e6 / wall,
             "full": (a.full_us - b.full_us) / 1e6 / wall,
@@ -182,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the cleanup below runs on a kill too
     writer = CgroupWriter(tree, ManagedScope())
     reader = FsCgroupReader(tree)
+    cpus = None if args.quota else {int(c) for c in args.cpus.split(",")}
     trials = []
     try:
         for mix in MIXES:
             for load in LOADS:
-                cpus = None if args.quota else {int(c) for c in args.cpus.split(",")}
                 t = run_trial(writer, reader, mix, load, cpus, args.seconds)
                 trials.append(t)
                 print(

@@ -243,7 +243,7 @@ def test_production_anti_affinity_binds_through_the_scheduler():
 def test_a_class_no_ledger_admits_is_answered_without_a_search_and_the_same_way():
     # 3 nodes of 8 cores: a 9-core class fits no node's ledger, whatever the other filters say.
     # With equivalence reuse the pass answers it from the fit alone (no candidate search); the
-    # answer, the placements around it and the node count examined are those of the full path.
+    # answer and the placements around it are those of the full path.
     L = ledger_of(nodes3())
     pods = [batch("a/small", cpu=1, owner="a"), *(batch(f"b/big-{i}", cpu=9, owner="b") for i in range(3))]
     pods.append(batch("c/small", cpu=2, owner="c"))
