@@ -1,4 +1,4 @@
-"""CPU on the simulated nodes: contention, the kernel's part (the quotas are the core round's).
+"""CPU on the simulated nodes: contention and pressure, the kernel's part (the quotas are the core round's).
 
 **Contention.** Each row wants ``w`` cores: production its demand (under an anti-starvation cap, if
 one applies), batch ``min(demand, quota)``. Where a node's wants exceed its capacity ``C``, the CFS
@@ -6,29 +6,87 @@ scheduler shares ``C`` in proportion to cgroup ``cpu.weight`` (production from i
 the core's minimal ``batch_weight``), nobody above its want: weighted max-min fairness, computed by
 the core's :func:`~kalena.core.enforcement.throttle.water_fill_groups` for all over-full nodes at
 once. Production demand left unmet is recorded.
-The node's cpu PSI ``some`` is modelled as the share of wanted cpu time that waited,
-``psi = max(0, 1 - C / sum w)``.
+
+**Pressure.** The node's cpu PSI ``some`` (share of wall time some runnable task waited) is a
+queueing model, since tasks wait for a CPU well below saturation (measured on real cgroups:
+``params/contention/``). The kernel keeps pressure per CPU, so each CPU is a single server shared
+by ``m = tasks / C`` tasks (a row wanting ``w`` cores runs ``ceil(w)`` of them), a finite-source
+queue (M/M/1//m, the machine-repairman model): ``some`` is the chance that two or more of its tasks
+are runnable at once, at the CPU's utilisation ``u``. ``u`` is the offered load ``rho = sum w / C``
+bent smoothly under 1, ``u = rho / (1 + rho^k)^(1/k)``, since a real CPU never reaches full
+utilisation while tasks come and go; ``k`` (``SATURATION_SHARPNESS``) is fitted to the measured
+points (``python scripts/measure_contention.py --fit``). With ``m <= 1`` nobody waits (a CPU each).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from kalena.core.enforcement.throttle import water_fill_groups
 from kalena.core.tolerance import REL_TOL
 
+# Least-squares fit over the pinned measurements (scripts/measure_contention.py --fit).
+SATURATION_SHARPNESS = 9.5
+# Past 64 tasks a CPU's queue is the open M/M/1 queue's to within 2 % (some = u^2).
+MAX_TASKS_PER_CPU = 64
+_U_STEPS = 1000
+
+
+@functools.cache
+def _some_table() -> np.ndarray:
+    """``S[m, j]``: P(two or more of m tasks runnable) on one CPU at utilisation ``j / _U_STEPS``.
+
+    Built once from the M/M/1//m stationary law, ``p_k = p_0 m!/(m-k)! r^k`` (``r``: a task's
+    service-to-idle ratio), swept over ``r`` in log space and read back on a utilisation grid.
+    """
+    log_r = np.linspace(np.log(1e-6), np.log(1e6), 3000)
+    grid = np.linspace(0.0, 1.0, _U_STEPS + 1)
+    table = np.zeros((MAX_TASKS_PER_CPU + 1, _U_STEPS + 1))
+    for m in range(2, MAX_TASKS_PER_CPU + 1):  # rows 0 and 1: nobody ever waits
+        k = np.arange(m + 1)
+        log_falling = np.concatenate(([0.0], np.cumsum(np.log(np.arange(m, 0, -1.0)))))
+        log_terms = log_falling[None, :] + k[None, :] * log_r[:, None]
+        top = log_terms.max(axis=1)
+        total = np.exp(log_terms - top[:, None]).sum(axis=1)
+        p0 = np.exp(-top) / total
+        p1 = np.exp(log_terms[:, 1] - top) / total
+        table[m] = np.interp(grid, 1.0 - p0, 1.0 - p0 - p1)
+    return table
+
+
+def pressure_some(
+    capacity: np.ndarray, tasks: np.ndarray, want: np.ndarray, sharpness: float = SATURATION_SHARPNESS
+) -> np.ndarray:
+    """Cpu PSI ``some`` per node from its capacity (cores), runnable tasks and total wanted cores."""
+    cap = np.asarray(capacity, dtype=np.float64)
+    rho = np.minimum(np.divide(want, cap, out=np.zeros_like(cap), where=cap > 0), 1e3)
+    u = rho / (1.0 + rho**sharpness) ** (1.0 / sharpness)
+    m = np.clip(np.divide(tasks, cap, out=np.zeros_like(cap), where=cap > 0), 0.0, MAX_TASKS_PER_CPU)
+    lo = np.minimum(np.floor(m).astype(np.int64), MAX_TASKS_PER_CPU - 1)
+    f = m - lo
+    j = u * _U_STEPS
+    jl = np.minimum(np.floor(j).astype(np.int64), _U_STEPS - 1)
+    g = j - jl
+    s = _some_table()
+    below = s[lo, jl] * (1.0 - g) + s[lo, jl + 1] * g
+    above = s[lo + 1, jl] * (1.0 - g) + s[lo + 1, jl + 1] * g
+    return np.clip(below * (1.0 - f) + above * f, 0.0, 1.0)  # rounding may step past 1
+
 
 def contend(
     live: np.ndarray, node: np.ndarray, want: np.ndarray, weight: np.ndarray, capacity: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(granted cpu per row, psi ``some`` per node): module formula; rows outside ``live`` untouched."""
+    """(granted cpu per row, psi ``some`` per node): module formulas; rows outside ``live`` untouched."""
     n = len(capacity)
-    total = np.bincount(node[live], weights=want[live], minlength=n)
+    at, wants = node[live], want[live]
+    total = np.bincount(at, weights=wants, minlength=n)
+    tasks = np.bincount(at, weights=np.ceil(wants), minlength=n)
+    psi = pressure_some(capacity, tasks, total)
     granted = want.copy()
-    psi = np.zeros(n)
     over = total > capacity * (1.0 + REL_TOL)
     if over.any():
-        psi[over] = 1.0 - capacity[over] / total[over]
-        rows = live[over[node[live]]]
+        rows = live[over[at]]
         granted[rows] = water_fill_groups(capacity, node[rows], want[rows], weight[rows])
     return granted, psi
