@@ -189,6 +189,8 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("Production OOM kills", "production_oom_kills"),
     ("Production cpu unmet (core-seconds)", "production_unmet_cpu_core_seconds"),
     ("  of which anti-starvation caps", "production_capped_cpu_core_seconds"),
+    ("Production cpu lost to interference (core-s)", "production_interference_cpu_core_seconds"),
+    ("Production time above its reservation", "production_above_reservation_fraction"),
     ("Pareto reserve yield", "pareto_reserve_yield"),
     ("Restoration violations", "restoration_violations"),
     ("Wall seconds", "wall_seconds"),

@@ -18,6 +18,9 @@ Why each simulator default has its value:
   ``reclaim`` off too, the run is the **baseline arm**, the cluster an operator has today: batch
   placed by requests into unallocated capacity, no estimation, no throttling of anyone, the
   kernel's CFS sharing by request (``cpu.weight``) and its OOM killer, nothing else.
+* ``interference = 0.06``: production needs that much more cpu for the same work per unit of its
+  node's capacity that batch used the tick before (so 3 % on a node half batch: Borg's CPI prior,
+  seed 000 §6; :mod:`kalena.sim.cpu`). 0 turns interference off.
 * ``sample_every_s = 60`` (plots) and ``accuracy_every_s = 600`` (reservation CDFs): dense enough to
   draw a day, small enough to keep.
 
@@ -54,6 +57,7 @@ class SimConfig:
     batch_warm_start: bool = True
     batch_load_factor: float = 1.0
     production_ram_limit_ratio: float | None = None
+    interference: float = 0.06
     sample_every_s: float = 60.0
     accuracy_every_s: float = 600.0
     production: ProductionParams = field(default_factory=default_production)
@@ -68,6 +72,7 @@ class SimConfig:
             if getattr(self, key) < self.tick_s:  # a cadence is counted in whole ticks
                 raise fail(self, key, getattr(self, key), f">= tick_s ({self.tick_s:g})")
         check_number(self, "batch_load_factor")
+        check_number(self, "interference", hi=1.0)
         if self.production_ram_limit_ratio is not None:  # inf: production has no memory limit
             check_number(self, "production_ram_limit_ratio", lo=1.0, allow_inf=True)
         check_type(self, "policy", PolicyConfig)

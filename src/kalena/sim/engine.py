@@ -56,6 +56,7 @@ from kalena.core.ledger import (
 )
 from kalena.core.lifecycle import Lifecycle, TaskState, TransitionReason, eviction_reason
 from kalena.core.resources import CPU, NDIM, RAM
+from kalena.core.tolerance import REL_TOL
 from kalena.sim import cpu, memory
 from kalena.sim.batch import BatchTasks, generate
 from kalena.sim.config import SimConfig
@@ -157,6 +158,9 @@ class Simulation:
         self.metrics = Metrics(self.cap, led.request_sum, cfg.ticks, cfg.every(cfg.sample_every_s))
         self.round_state = RoundState.initial(led.n_nodes)
         self.psi = np.zeros(led.n_nodes)
+        self.cap_ok = np.isfinite(self.cap[:, CPU]) & (self.cap[:, CPU] > 0)
+        self.batch_share = np.zeros(led.n_nodes)  # batch cpu / capacity per node, last tick
+        self.harm = (0.0, 0, 0)  # this tick's interference cores, production rows above r, alive
         self.now = 0.0
         self.tick_no = 0
         self.wall_seconds = 0.0
@@ -333,17 +337,27 @@ class Simulation:
         demand, quota = t.demand[:h], t.quota[:h]
         want = np.where(batch, np.minimum(demand, quota), 0.0)
         cap_eff = np.maximum(t.cap[:p], rs.reservation[:p, CPU])  # a starvation cap never below r
-        want[:p] = np.minimum(prod[:, CPU], cap_eff)
+        # interference: production needs more cpu for the same work beside last tick's batch
+        slowed = cpu.interference_cores(prod[:, CPU], self.batch_share[rs.node[:p]], self.cfg.interference)
+        need = prod[:, CPU] + slowed
+        want[:p] = np.minimum(need, cap_eff)
         live = rs.live_rows()
         granted, self.psi = cpu.contend(live, rs.node, want, t.weight[:h], self.cap[:, CPU])
         t.usage[:h, CPU] = np.where(rs.alive[:h], granted, np.nan)
+        b_cpu = np.bincount(rs.node[live], np.where(batch[live], granted[live], 0.0), len(self.cap))
+        self.batch_share = np.divide(b_cpu, self.cap[:, CPU], out=np.zeros(len(b_cpu)), where=self.cap_ok)
+        # the SLO proxy's time above reservation: against the reservation this usage met (the
+        # tick's estimate comes after it; measured after it, usage would never stand above)
+        up = rs.alive[:p]
+        h_above = int(np.count_nonzero(granted[:p][up] > rs.reservation[:p, CPU][up] * (1.0 + REL_TOL)))
+        self.harm = (float(slowed.sum()), h_above, int(np.count_nonzero(up)))
         # cpu.stat throttled time of a cpu-bound pod: the share of the tick its quota did not cover
         with np.errstate(invalid="ignore", divide="ignore"):
             lost = np.where(batch & (demand > 0), np.clip((demand - quota) / demand, 0.0, 1.0) * dt, 0.0)
         t.record_throttled(h, k % self.window, lost)
         ran = np.clip(now - t.startup_until[:h], 0.0, dt)  # no progress while starting up (inf: never)
         t.work[:h] += np.where(batch, granted * ran, 0.0)
-        return float((prod[:, CPU] - granted[:p]).sum()), float((prod[:, CPU] - want[:p]).sum())
+        return float((need - granted[:p]).sum()), float((need - want[:p]).sum())
 
     def _completions(self, now: float) -> None:
         t, ts, tasks = self.table, self.ts, self.tasks
@@ -647,7 +661,7 @@ class Simulation:
         b_res_cpu = np.bincount(b_on, weights=rs.reservation[b_rows, CPU], minlength=n)
         b_res_ram = np.bincount(b_on, weights=rs.reservation[b_rows, RAM], minlength=n)
         by_reclaim = float(np.nan_to_num(t.usage[b_rows, CPU])[t.by_reclaim[b_rows]].sum())
-        m.tick(dt, p_use, b_use, b_res_cpu, b_res_ram, unmet, capped, by_reclaim)
+        m.tick(dt, p_use, b_use, b_res_cpu, b_res_ram, unmet, capped, by_reclaim, self.harm)
         if k % m.sample_every == 0 or k == 1:
             b_req = np.bincount(b_on, weights=rs.request[b_rows, CPU], minlength=n)
             m.sample(

@@ -73,8 +73,10 @@ class Metrics:
         unmet: float,
         capped: float,
         batch_cpu_by_reclaim: float = 0.0,
+        harm: tuple[float, int, int] = (0.0, 0, 0),
     ) -> None:
-        """Integrate one tick from per-node (N,) production and batch cpu usage and batch reservations."""
+        """Integrate one tick from per-node (N,) production and batch cpu usage and batch reservations;
+        ``harm``: production's interference cores, its rows above their reservation, its live rows."""
         x_cpu = np.maximum(batch_res_cpu - self.unallocated[:, CPU], 0.0)
         x_ram = np.maximum(batch_res_ram - self.unallocated[:, RAM], 0.0)
         share = np.divide(x_cpu, batch_res_cpu, out=np.zeros(len(x_cpu)), where=batch_res_cpu > 0)
@@ -88,6 +90,9 @@ class Metrics:
         s["work_above_unallocated"] += float(np.maximum(batch_cpu - self.unallocated[:, CPU], 0.0).sum()) * dt
         s["unmet"] += unmet * dt
         s["capped"] += capped * dt
+        s["interference"] += harm[0] * dt
+        s["production_above_reservation"] += harm[1] * dt
+        s["production_pod_seconds"] += harm[2] * dt
         a = self._active_unallocated
         s["reserve"] += self._reserve * dt
         s["reserve_used"] += float(np.minimum(batch_cpu[self.active], a).sum()) * dt

@@ -178,6 +178,10 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "escalations": int(counts["escalations"]),
         "production_unmet_cpu_core_seconds": _r(s["unmet"]),
         "production_capped_cpu_core_seconds": _r(s["capped"]),
+        "production_interference_cpu_core_seconds": _r(s["interference"]),
+        "production_above_reservation_fraction": _r(
+            s["production_above_reservation"] / pod_s if (pod_s := s["production_pod_seconds"]) else 0.0
+        ),
         "reservation_accuracy": _accuracy(sim),
         "pareto_reserve_yield": _r(s["reserve_used"] / s["reserve"] if s["reserve"] else 0.0),
         "restoration_violations": int(counts["restoration_violations"]),
@@ -214,7 +218,7 @@ def compare(
         out["baseline"] = baseline
         total = reclaim["batch_cpu_core_hours"] + reclaim["production_cpu_core_hours"]
         more = reclaim["batch_cpu_core_hours"] - baseline["batch_cpu_core_hours"]
-        unmet = "production_unmet_cpu_core_seconds"
+        unmet, slow = "production_unmet_cpu_core_seconds", "production_interference_cpu_core_seconds"
         out["comparison"].update(
             {
                 "work_enabled_by_reclamation_fraction": _r(more / total if total else 0.0),
@@ -222,6 +226,9 @@ def compare(
                 "extra_batch_tasks_completed_over_baseline": reclaim["batch_tasks_completed"]
                 - baseline["batch_tasks_completed"],
                 "extra_production_unmet_cpu_core_seconds_over_baseline": _r(reclaim[unmet] - baseline[unmet]),
+                "extra_production_interference_cpu_core_seconds_over_baseline": _r(
+                    reclaim[slow] - baseline[slow]
+                ),
             }
         )
     return out
