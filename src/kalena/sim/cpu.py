@@ -69,17 +69,21 @@ def pressure_some(
 ) -> np.ndarray:
     """Cpu PSI ``some`` per node from its capacity (cores), runnable tasks and total wanted cores."""
     cap = np.asarray(capacity, dtype=np.float64)
-    rho = np.minimum(np.divide(want, cap, out=np.zeros_like(cap), where=cap > 0), 1e3)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a node without cpu has no pressure
+        rho = np.fmin(want / cap, 1e3)  # fmin: a NaN is read as saturated, never as an index
+        m = np.fmin(tasks / cap, MAX_TASKS_PER_CPU)
+    rho[~(cap > 0)] = 0.0
+    m[~(cap > 0)] = 0.0
     u = rho / (1.0 + rho**sharpness) ** (1.0 / sharpness)
-    m = np.clip(np.divide(tasks, cap, out=np.zeros_like(cap), where=cap > 0), 0.0, MAX_TASKS_PER_CPU)
-    lo = np.minimum(np.floor(m).astype(np.int64), MAX_TASKS_PER_CPU - 1)
+    lo = np.minimum(m.astype(np.int64), MAX_TASKS_PER_CPU - 1)  # m >= 0: truncation is floor
     f = m - lo
     j = u * _U_STEPS
-    jl = np.minimum(np.floor(j).astype(np.int64), _U_STEPS - 1)
+    jl = np.minimum(j.astype(np.int64), _U_STEPS - 1)
     g = j - jl
-    s = _some_table()
-    below = s[lo, jl] * (1.0 - g) + s[lo, jl + 1] * g
-    above = s[lo + 1, jl] * (1.0 - g) + s[lo + 1, jl + 1] * g
+    s = _some_table().ravel()
+    at = lo * (_U_STEPS + 1) + jl  # the four corners around (m, u), in the flat table
+    below = s[at] * (1.0 - g) + s[at + 1] * g
+    above = s[at + _U_STEPS + 1] * (1.0 - g) + s[at + _U_STEPS + 2] * g
     return np.clip(below * (1.0 - f) + above * f, 0.0, 1.0)  # rounding may step past 1
 
 
