@@ -239,3 +239,16 @@ def test_bad_calls_fail_loudly():
         k.sample(np.zeros((2, NDIM)))
     with pytest.raises(ValueError, match="ineligible until must be finite"):
         k.ineligible(0, float("nan"))
+
+
+def test_a_blacklist_computed_for_a_later_time_is_not_reused_when_the_clock_steps_back():
+    # the case hypothesis found: evictions at 0, 1 and 1, a refresh at 1, then a pass at 0; the
+    # keeper and its JSON copy must agree, and both answer for 0 (one eviction by then: no pairing)
+    k = keeper(samples=3)
+    for t in (0.0, 1.0, 1.0):
+        k.evicted("j/a", 0, t, None)
+    k.refresh(1.0)
+    at_one = k.blacklist
+    back = ContextKeeper.from_json(json.loads(json.dumps(k.to_json())), PAIRING)
+    assert k.context(0.0).blacklist == back.context(0.0).blacklist
+    assert k.context(1.0).blacklist == at_one == back.context(1.0).blacklist

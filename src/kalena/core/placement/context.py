@@ -76,6 +76,7 @@ class ContextKeeper:
         self._history: list[EvictionEvent] = []
         self._blacklist: frozenset[tuple[str, int]] = frozenset()
         self._blacklist_until = math.inf
+        self._blacklist_at = -math.inf  # the time the blacklist was computed for
         self._history_changed = False
         self._ineligible = _read_only(np.full(n, -np.inf))
         self._images: dict[str, np.ndarray] = {}
@@ -139,14 +140,16 @@ class ContextKeeper:
     # one pass ---------------------------------------------------------------------------------------
     def refresh(self, now: float) -> None:
         """Drop the cooldowns over at ``now``, prune the history to the pairing window and
-        recompute the blacklist if the history changed or a pairing expired (module docstring)."""
+        recompute the blacklist if the history changed, a pairing expired or ``now`` is before the
+        time it was computed for (module docstring)."""
         if self._cooldowns:
             self._cooldowns = {k: v for k, v in self._cooldowns.items() if v > now}
         lo = now - self.pairing.window_s
         if self._history and self._history[0].time <= lo:
             self._history = [e for e in self._history if e.time > lo]
             self._history_changed = True
-        if not (self._history_changed or now >= self._blacklist_until):
+        # an answer computed for a later time is not this time's (a clock stepped back): recompute
+        if not (self._history_changed or now >= self._blacklist_until or now < self._blacklist_at):
             return
         pairs = harmful_pairs(self._history, self.pairing, now)
         index = self.node_index
@@ -155,6 +158,7 @@ class ContextKeeper:
         # their own time on, so the answer is also stale then
         ahead = min((e.time for e in self._history if e.time > now), default=math.inf)
         self._blacklist_until = min(min((p.until for p in pairs), default=math.inf), ahead)
+        self._blacklist_at = now
         self._history_changed = False
 
     def context(self, now: float, pods: Iterable[WorkloadSpec] = ()) -> SchedulingContext:
