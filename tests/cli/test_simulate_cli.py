@@ -269,11 +269,14 @@ def test_margin_and_half_life_set_the_estimators_and_the_report_says_so(tmp_path
 
 
 def test_a_lower_margin_reserves_less(tmp_path):
-    """The margin reaches the core: a lower one leaves more slack, so more batch work is placed."""
-    work = {}
+    """The margin reaches the core: a lower one holds production's reservations lower. (How much
+    batch work that buys is the calibration's question: past some point the disruptions cost more.)"""
+    held = {}
     for m in ("1.0", "2.0"):
-        work[m] = _json_run(tmp_path / m, "--hours", "0.5", "--margin", m)["reclaimed_cpu_core_hours"]
-    assert work["1.0"] > work["2.0"]
+        acc = _json_run(tmp_path / m, "--hours", "0.5", "--margin", m)["reservation_accuracy"]
+        held[m] = tuple(acc[dim]["reservation_over_request"]["mean"] for dim in ("cpu", "ram"))
+    assert held["1.0"][0] < 0.8 * held["2.0"][0]
+    assert held["1.0"][1] < 0.8 * held["2.0"][1]
 
 
 BAD_OPTIONS = [

@@ -86,7 +86,8 @@ def test_a_pods_story_has_every_step_and_says_why_it_waits():
     from kalena.core.lifecycle import TaskState
     from kalena.sim.report import task_index, task_story
 
-    sim = Simulation(CLUSTER, SimConfig(hours=0.5, seed=0))
+    # three times the load: the half hour holds evictions and pods still waiting at its end
+    sim = Simulation(CLUSTER, SimConfig(hours=0.5, seed=0, batch_load_factor=3.0))
     sim.run()
     states = sim.task_states()
     evicted = int(np.flatnonzero(sim.ts.evictions > 0)[0])

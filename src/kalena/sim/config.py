@@ -13,7 +13,7 @@ Why each simulator default has its value:
   could still admit (see :mod:`kalena.sim.placement`); a pod waits at most 30 s for its next pass,
   far below Borg's ~25 s median startup plus the minutes batch tasks run.
 * ``prewarm_s = 7200``: production runs and is estimated for 2 h before t = 0, so reservations start
-  decayed to their steady state (eight 15-min half-lives) instead of at the request.
+  decayed to their steady state (24 of the default 5-min half-lives) instead of at the request.
 * ``enforce = True``: the core's node round runs (throttle, caps, evictions, escalation). Off, with
   ``reclaim`` off too, the run is the **baseline arm**, the cluster an operator has today: batch
   placed by requests into unallocated capacity, no estimation, no throttling of anyone, the

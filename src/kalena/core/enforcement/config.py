@@ -26,9 +26,10 @@ class EvictionConfig:
       which gives no notice at all (seed 000 §3.5), so waiting only risks the OOM killer
       choosing a production victim first.
     * ``cooldown_s`` = 600: a victim may not return to the node for 10 minutes. The reservation
-      that rose decays with the estimator's 15-minute half-life, so the node looks tight for
-      about that long anyway; 10 minutes breaks the place-evict-place loop of §4.3 while
-      leaving a workload with few feasible nodes its home back within one decay period.
+      that rose decays with the estimator's half-life (5 minutes by default, the calibration's
+      knee), so the node looks tight for some minutes anyway; 10 minutes breaks the
+      place-evict-place loop of §4.3 while leaving a workload with few feasible nodes its home
+      back within two decay periods.
     """
 
     min_run_time_s: float = 120.0
@@ -145,8 +146,9 @@ class EscalationConfig:
       throttling and eviction are not converging.
     * ``persist_s`` = 30: the seed's escalation budget is "tens of seconds"; pressure that
       outlives 30 s of mitigation escalates even if rounds are slow.
-    * ``cooldown_s`` = 900: the drained node stays slack-ineligible for one estimator half-life
-      (15 min), by which time the reservation that caused the trouble has halved its excess.
+    * ``cooldown_s`` = 900: the drained node stays slack-ineligible for 15 minutes, three of the
+      decay estimator's default half-lives (5 min), by which time the reservation that caused
+      the trouble has shed seven eighths of its excess.
     * ``drain_grace_period_s`` = 30: a drain is not an acute kill, so batch gets the ordinary
       Kubernetes termination grace.
     """

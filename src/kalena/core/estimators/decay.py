@@ -31,13 +31,8 @@ from kalena.core.estimators.base import (
     finalize,
     held_rows,
 )
+from kalena.core.estimators.calibrated import DEFAULT_HALF_LIFE_S, DEFAULT_MARGIN  # the knee: generated
 from kalena.core.validate import check_number
-
-#: Placeholder defaults until the calibration protocol (seed 000 §6.4) sets them: a 15 % margin
-#: (the VPA recommender's default safety margin) and a 15 min half-life (released capacity is
-#: surrendered over minutes, seed 000 §2.5).
-DEFAULT_MARGIN = 1.15
-DEFAULT_HALF_LIFE_S = 900.0
 
 
 @dataclass(frozen=True, slots=True)

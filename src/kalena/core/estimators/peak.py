@@ -38,7 +38,7 @@ from kalena.core.estimators.base import (
 from kalena.core.model import Tier
 from kalena.core.validate import check_fraction, check_int, check_number
 
-#: 15 min of 10 s samples: the same horizon as the decay estimator's 900 s half-life.
+#: 15 min of 10 s samples: the decay estimator's half-life before calibration (900 s; now 300 s).
 DEFAULT_WINDOW = 90
 #: Rows sorted per block: a block's window (1024 x 8 x K float32) stays in cache for K ~ 100.
 _BLOCK = 1024
