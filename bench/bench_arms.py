@@ -11,7 +11,8 @@ capacity, only the kernel's sharing). Per load, over the seeds, the mean and a 9
 (a) work enabled by reclamation: (batch cpu with reclamation - batch cpu in the baseline) / all cpu;
 (b) Borg's task-level figure: cpu of batch pods whose placement needed reclaimed capacity / all cpu;
 (c) the per-node figure, an upper bound: ``reclaimed_work_fraction``;
-and production harm beside them: cpu unmet (core-seconds) and OOM kills, per arm.
+and production harm beside them: cpu unmet and cpu lost to interference (core-seconds) and OOM
+kills, per arm.
 ``--drop-empty-nodes``: the same on Irina without the nodes its blueprint leaves empty (d).
 
 Runs go to ``--workers`` processes (a progress bar counts them). One 6 h run takes 15-40 s here.
@@ -46,6 +47,7 @@ KEEP = (
     "task_reclaimed_work_fraction",
     "reclaimed_work_fraction",
     "production_unmet_cpu_core_seconds",
+    "production_interference_cpu_core_seconds",
     "production_oom_kills",
     "batch_oom_kills",
     "evictions_total",
@@ -80,7 +82,7 @@ def summarise(runs: dict[tuple[float, int, str], dict[str, Any]]) -> dict[str, A
     for load in sorted({k[0] for k in runs}):
         seeds = sorted({k[1] for k in runs if k[0] == load})
         a, b, c = [], [], []
-        harm: dict[str, dict[str, list[float]]] = {arm: {"unmet": [], "oom": []} for arm in ARMS}
+        harm: dict[str, dict[str, list[float]]] = {arm: {"unmet": [], "slow": [], "oom": []} for arm in ARMS}
         for s in seeds:
             on, base = runs[(load, s, "kalena")], runs[(load, s, "baseline")]
             total = on["batch_cpu_core_hours"] + on["production_cpu_core_hours"]
@@ -90,13 +92,20 @@ def summarise(runs: dict[tuple[float, int, str], dict[str, Any]]) -> dict[str, A
             for arm in ARMS:
                 r = runs[(load, s, arm)]
                 harm[arm]["unmet"].append(r["production_unmet_cpu_core_seconds"])
+                harm[arm]["slow"].append(r["production_interference_cpu_core_seconds"])
                 harm[arm]["oom"].append(r["production_oom_kills"])
         out[str(load)] = {
             "seeds": seeds,
             "work_enabled_by_reclamation": interval(a, rng),
             "task_level": interval(b, rng),
             "per_node_upper_bound": interval(c, rng),
-            "production_unmet_cpu_core_seconds": {arm: interval(h["unmet"], rng) for arm, h in harm.items()},
+            **{
+                key: {arm: interval(h[part], rng) for arm, h in harm.items()}
+                for key, part in (
+                    ("production_unmet_cpu_core_seconds", "unmet"),
+                    ("production_interference_cpu_core_seconds", "slow"),
+                )
+            },
             "production_oom_kills": {arm: sum(h["oom"]) for arm, h in harm.items()},
         }
     return out
@@ -130,16 +139,19 @@ def main() -> None:
     where = "Irina without its empty nodes" if drop else "Irina"
     table = Table(title=f"{where}, {args.hours:g} h, seeds 0-{args.seeds - 1}: mean [95 % interval]")
     for col in ("batch load", "(a) enabled vs baseline", "(b) task-level", "(c) per-node bound",
-                "unmet prod. cpu (M core-s): on / off / baseline", "prod. OOM kills"):  # fmt: skip
+                "unmet prod. cpu (M core-s): on / off / baseline",
+                "prod. cpu lost to interference (M core-s)", "prod. OOM kills"):  # fmt: skip
         table.add_column(col)
     for load, s in summary.items():
         unmet = s["production_unmet_cpu_core_seconds"]
+        slow = s["production_interference_cpu_core_seconds"]
         table.add_row(
             f"x{load}",
             _pct(s["work_enabled_by_reclamation"]),
             _pct(s["task_level"]),
             _pct(s["per_node_upper_bound"]),
             " / ".join(f"{unmet[arm]['mean'] / 1e6:.3f}" for arm in ARMS),
+            " / ".join(f"{slow[arm]['mean'] / 1e6:.3f}" for arm in ARMS),
             " / ".join(str(s["production_oom_kills"][arm]) for arm in ARMS),
         )
     Console(width=200).print(table)
