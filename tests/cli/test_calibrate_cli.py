@@ -75,3 +75,31 @@ def test_bad_grids_and_an_unwritable_defaults_root_exit_2_and_write_nothing(tmp_
         assert message in r.stderr, (extra, r.stderr)
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "calibration").exists()
+
+
+def test_a_run_that_fails_is_named_and_nothing_is_written(tmp_path, monkeypatch):
+    # One run made to fail: the patched run function lives in this process, so the worker pool is
+    # threads here (a stand-in: worker processes would not see the patch); the rest is the command.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from typer.testing import CliRunner
+
+    import kalena.cli.calibrate as cal
+    from kalena.cli.main import app
+
+    real = cal._one
+
+    def one(hours, seed, margin, half_life_s):
+        if margin == 1.3:
+            raise RuntimeError("disk on fire")
+        return real(hours, seed, margin, half_life_s)
+
+    monkeypatch.setattr(cal, "_one", one)
+    monkeypatch.setattr(cal, "ProcessPoolExecutor", ThreadPoolExecutor)
+    out = tmp_path / "cal"
+    args = ["calibrate", "--hours", "0.02", "--margins", "1,1.3", "--half-lives", "300", "--seeds", "1"]
+    r = CliRunner().invoke(app, [*args, "--workers", "1", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    said = "m=1.3, h=300s, seed 0: the run failed (RuntimeError('disk on fire')); nothing was written"
+    assert said in r.output
+    assert not out.exists() or not any(out.iterdir())

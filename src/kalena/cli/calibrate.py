@@ -203,7 +203,10 @@ def calibrate(
     ] = False,
     defaults_root: Annotated[
         Path,
-        typer.Option(help="The folder holding the kalena package whose defaults --write-defaults writes."),
+        typer.Option(
+            help="The folder holding the kalena package whose defaults --write-defaults writes.",
+            show_default="the one this kalena runs from",
+        ),
     ] = SRC_ROOT,
 ) -> None:
     """Sweep margin x half-life over simulated days; plot the safety curve; name (and ship) its knee."""
@@ -239,9 +242,15 @@ def calibrate(
         ) as bar,
     ):  # fmt: skip
         task = bar.add_task("runs", total=len(jobs))
-        futures = [pool.submit(_one, hours, seed, s.margin, s.half_life_s) for seed, s in jobs]
+        futures = {pool.submit(_one, hours, seed, s.margin, s.half_life_s): (seed, s) for seed, s in jobs}
         for f in as_completed(futures):
-            margin, half_life_s, seed, kept = f.result()
+            try:
+                margin, half_life_s, seed, kept = f.result()
+            except Exception as e:  # a run that broke: say which, stop the rest, write nothing
+                seed, s = futures[f]
+                pool.shutdown(wait=False, cancel_futures=True)
+                why = f"{s.label()}, seed {seed}: the run failed ({e!r}); nothing was written"
+                raise _fail([why]) from None
             runs[(Setting(margin, half_life_s), seed)] = kept
             bar.advance(task)
     elapsed = time.monotonic() - t0
