@@ -21,6 +21,11 @@ Why each simulator default has its value:
 * ``interference = 0.06``: production needs that much more cpu for the same work per unit of its
   node's capacity that batch used the tick before (so 3 % on a node half batch: Borg's CPI prior,
   seed 000 §6; :mod:`kalena.sim.cpu`). 0 turns interference off.
+* ``reaction_s = 1``: how long the node agent takes from a node's memory passing the round's
+  trigger level to memory freed (its mitigation round, ``sample_interval_s``; it also wakes on the
+  usage eventfd it arms at that level). Memory that arrives at once (a burst's onset, a pod's
+  start) and the rest of a tick's rise over that long, where they exceed the room above the
+  trigger, reach the kernel's OOM killer before the round (:meth:`Simulation._kernel_first`).
 * ``sample_every_s = 60`` (plots) and ``accuracy_every_s = 600`` (reservation CDFs): dense enough to
   draw a day, small enough to keep.
 
@@ -58,6 +63,7 @@ class SimConfig:
     batch_load_factor: float = 1.0
     production_ram_limit_ratio: float | None = None
     interference: float = 0.06
+    reaction_s: float = 1.0
     sample_every_s: float = 60.0
     accuracy_every_s: float = 600.0
     production: ProductionParams = field(default_factory=default_production)
@@ -73,6 +79,7 @@ class SimConfig:
                 raise fail(self, key, getattr(self, key), f">= tick_s ({self.tick_s:g})")
         check_number(self, "batch_load_factor")
         check_number(self, "interference", hi=1.0)
+        check_number(self, "reaction_s", lo_open=True)
         if self.production_ram_limit_ratio is not None:  # inf: production has no memory limit
             check_number(self, "production_ram_limit_ratio", lo=1.0, allow_inf=True)
         check_type(self, "policy", PolicyConfig)

@@ -161,6 +161,8 @@ class Simulation:
         self.cap_ok = np.isfinite(self.cap[:, CPU]) & (self.cap[:, CPU] > 0)
         self.batch_share = np.zeros(led.n_nodes)  # batch cpu / capacity per node, last tick
         self.harm = (0.0, 0, 0)  # this tick's interference cores, production rows above r, alive
+        self.memory_after = np.zeros((led.n_nodes, len(memory.DIMS_NC)))  # per node, after the last round
+        self.memory_steps = np.zeros_like(self.memory_after)  # per node, arrived at once this tick
         self.now = 0.0
         self.tick_no = 0
         self.wall_seconds = 0.0
@@ -285,6 +287,8 @@ class Simulation:
         self._evictions_done(now)
         unmet, capped = self._usage_and_cpu(k, now, dt)
         self._completions(now)
+        if cfg.enforce:  # in the baseline the kernel judges every node anyway, with nobody to race
+            self._kernel_first(now, dt)
         if cfg.reclaim:
             self._estimate(now, dt)
         if cfg.enforce:
@@ -327,6 +331,11 @@ class Simulation:
         t, rs, p = self.table, self.ledger.row_arrays(), self.n_prod
         h = rs.high
         prod = self.prod.step(now, dt)
+        # memory that arrives at once this tick (a burst's onset, a placed pod's start) is a step
+        # the node agent cannot meet in time (_kernel_first); the rest rises evenly over the tick
+        nc = memory.DIMS_NC
+        jump = np.flatnonzero(self.prod.burst_started)
+        steps = np.maximum(prod[jump][:, nc] - np.nan_to_num(t.usage[jump][:, nc]), 0.0)
         t.usage[:p] = prod
         batch = t.kind[:h] == BATCH
         fresh = batch & np.isnan(t.usage[:h, RAM])  # placed last tick: its memory is now in use
@@ -334,6 +343,12 @@ class Simulation:
             rows = np.flatnonzero(fresh)
             t.usage[rows] = 0.0
             t.usage[rows, RAM] = self.tasks.ram_use[t.task[rows]]
+            jump = np.concatenate([jump, rows])
+            steps = np.concatenate([steps, t.usage[rows][:, nc]])
+        on, n = rs.node[jump], len(self.cap)
+        self.memory_steps = np.column_stack(
+            [np.bincount(on, weights=steps[:, i], minlength=n) for i in range(len(nc))]
+        )
         demand, quota = t.demand[:h], t.quota[:h]
         want = np.where(batch, np.minimum(demand, quota), 0.0)
         cap_eff = np.maximum(t.cap[:p], rs.reservation[:p, CPU])  # a starvation cap never below r
@@ -427,6 +442,7 @@ class Simulation:
         m.counts["starvation_caps"] += int(np.isfinite(d.starvation.cap).sum())
         self._lifecycle(view.is_batch & ~d.gone, rows, d.below_request, now)
         self._oom(now, d.triggered)
+        self.memory_after = self._node_memory()
 
     def _kernel_only(self, now: float) -> None:
         """The baseline arm's tick where Kalena's round would be: nobody throttles, caps or evicts;
@@ -464,6 +480,31 @@ class Simulation:
         s.psi_some[:, CPU] = self.psi
         return s
 
+    def _node_memory(self) -> np.ndarray:
+        """(N, 2) ram and storage in use per node, over the live rows."""
+        rs, n = self.ledger.row_arrays(), self.ledger.n_nodes
+        live = rs.live_rows()
+        on, u = rs.node[live], np.nan_to_num(self.table.usage[live][:, memory.DIMS_NC])
+        return np.column_stack([np.bincount(on, weights=u[:, i], minlength=n) for i in range(u.shape[1])])
+
+    def _kernel_first(self, now: float, dt: float) -> None:
+        """The kernel before the round: a node whose memory went past its capacity faster than the
+        node agent can free any. Memory that arrived at once this tick (a production burst's onset,
+        a placed pod's start) is a step; the rest is taken to rise evenly over the tick from what
+        the last round left. The agent wakes when the node passes the round's trigger level (its
+        usage eventfd) and needs ``reaction_s`` to free memory, so where the steps plus the even
+        rise over ``reaction_s`` exceed the room between that level (or the start, if above it)
+        and capacity, the OOM killer acts before the round (:mod:`kalena.sim.memory`)."""
+        used = self._node_memory()
+        cap = self.cap[:, memory.DIMS_NC]
+        before, steps = self.memory_after, self.memory_steps
+        rise = steps + np.maximum(used - before - steps, 0.0) * (self.cfg.reaction_s / dt)
+        with np.errstate(invalid="ignore"):  # an unbounded dimension (inf - inf) never overflows
+            room = cap - np.maximum(before, self.policy.round.trigger_fraction * cap)
+        fast = np.flatnonzero(((used > cap) & (rise > room)).any(axis=1))
+        if len(fast):
+            self._kill_over(fast.tolist(), now)
+
     def _oom(self, now: float, triggered: np.ndarray) -> None:
         """The kernel: a row over its own memory limit, or a node whose memory use still exceeds capacity.
 
@@ -489,11 +530,15 @@ class Simulation:
                 grp = grouped[bounds[n] : bounds[n + 1]]
                 if len(grp) and np.any(np.nansum(u[grp], axis=0) > self.cap[n, nc]):
                     nodes.add(n)
-        if not nodes:
-            return
+        if nodes:
+            self._kill_over(sorted(nodes), now)
+
+    def _kill_over(self, nodes: list[int], now: float) -> None:
+        """The OOM killer's victims on each of ``nodes`` (ascending), killed."""
+        rs, t = self.ledger.row_arrays(), self.table
         live = rs.live_rows()
-        grouped, bounds = rows_by_node(live, rs.node[live], led.n_nodes)  # each node's rows ascending
-        for n in sorted(nodes):
+        grouped, bounds = rows_by_node(live, rs.node[live], self.ledger.n_nodes)  # rows ascending
+        for n in nodes:
             rows = grouped[bounds[n] : bounds[n + 1]]
             for row in memory.oom_victims(rows, rs.is_batch, t.usage, t.limit, self.cap[n]):
                 self._kernel_kill(row, n, now)

@@ -1,10 +1,12 @@
 """Memory on the simulated nodes: the kernel's OOM killer (the evictions are the core round's).
 
-**Kernel OOM.** After the round's evictions are carried out, a node whose remaining memory usage still exceeds
-capacity has the kernel's OOM killer pick victims: batch first (Kubernetes gives lower-priority
-pods a higher ``oom_score_adj``), larger usage first, then production, larger usage first, until
-usage fits. A production pod above its own memory limit is killed by its cgroup (``memory.max``)
-if the plan did not stop it first. Each production kill is a production OOM kill in the report.
+**Kernel OOM.** A node whose memory rose past capacity faster than the node agent can free any
+(``Simulation._kernel_first``, before the round), or whose memory usage still exceeds capacity
+after the round's evictions, has the kernel's OOM killer pick victims: batch first (Kubernetes
+gives lower-priority pods a higher ``oom_score_adj``), larger usage first, then production, larger
+usage first, until usage fits. A production pod above its own memory limit is killed by its
+cgroup (``memory.max``) if the plan did not stop it first. Each production kill is a production
+OOM kill in the report.
 """
 
 from __future__ import annotations

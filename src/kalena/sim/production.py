@@ -75,6 +75,7 @@ class ProductionUsage:
         self.x = rng.normal(0.0, params.noise_log_sd, n)  # start in the stationary distribution
         self.y = rng.normal(0.0, params.ram_noise_log_sd, n)
         self.bursting = np.zeros(n, dtype=bool)
+        self.burst_started = np.zeros(n, dtype=bool)  # this step's new bursts (a step, not a ramp)
         self._dt = float("nan")
         self._factor = np.ones((n, NDIM))  # gpu column stays 1: gpu usage is the request
 
@@ -108,7 +109,9 @@ class ProductionUsage:
         u = self.rng.random((2, n))
         self.x = a * self.x + sa * z[0]
         self.y = b * self.y + sb * z[1]
-        self.bursting = np.where(self.bursting, u[1] < p_stay, u[0] < p_start)
+        was = self.bursting
+        self.bursting = np.where(was, u[1] < p_stay, u[0] < p_start)
+        self.burst_started = self.bursting & ~was
         phase = np.sin(2.0 * np.pi * (t / 3600.0 - self.peak_hour + 6.0) / 24.0)
         cpu_f = self.mu * (1.0 + self.amplitude * phase) * np.exp(self.x - p.noise_log_sd**2 / 2.0)
         ram_f = self.nu * (1.0 + p.ram_amplitude * phase) * np.exp(self.y - p.ram_noise_log_sd**2 / 2.0)
