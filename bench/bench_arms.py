@@ -1,7 +1,7 @@
 """What reclamation makes possible: the simulator's three arms over seeds and batch loads.
 
     python bench/bench_arms.py [--hours 6] [--seeds 5] [--loads 0.5,1,2] [--workers 2]
-                               [--drop-empty-nodes] [--json PATH]
+                               [--drop-empty-nodes] [--json PATH] [--runs-log PATH]
 
 For each batch load and seed, Irina runs three times on the same inputs: Kalena (reclamation on),
 Kalena without reclamation, and the baseline (no Kalena: batch by requests into unallocated
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
@@ -123,18 +124,40 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--drop-empty-nodes", action="store_true")
     ap.add_argument("--json", dest="json_path")
+    ap.add_argument(
+        "--runs-log",
+        help="append each run to this JSON-lines file as it ends, and reuse the runs it already holds "
+        "for the same hours and cluster (a long sweep that stops keeps what it did)",
+    )
     args = ap.parse_args()
     loads = [float(x) for x in args.loads.split(",")]
     drop = args.drop_empty_nodes
-    jobs = [(args.hours, s, load, arm, drop) for load in loads for s in range(args.seeds) for arm in ARMS]
     runs: dict[tuple[float, int, str], dict[str, Any]] = {}
+    if args.runs_log and os.path.exists(args.runs_log):
+        with open(args.runs_log) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.pop("hours") == args.hours and r.pop("drop_empty_nodes") == drop:
+                    runs[(r.pop("load"), r.pop("seed"), r.pop("arm"))] = r
+    jobs = [
+        (args.hours, s, load, arm, drop)
+        for load in loads
+        for s in range(args.seeds)
+        for arm in ARMS
+        if (load, s, arm) not in runs
+    ]
     t0 = time.perf_counter()
     with Progress() as bar, ProcessPoolExecutor(args.workers) as pool:
         task = bar.add_task(f"{len(jobs)} runs of {args.hours:g} h", total=len(jobs))
         for fut in as_completed([pool.submit(_one, *j) for j in jobs]):
             load, seed, arm, report = fut.result()
             runs[(load, seed, arm)] = report
+            if args.runs_log:
+                with open(args.runs_log, "a") as f:
+                    where = {"hours": args.hours, "drop_empty_nodes": drop}
+                    f.write(json.dumps({**where, "load": load, "seed": seed, "arm": arm, **report}) + "\n")
             bar.advance(task)
+    runs = {k: v for k, v in runs.items() if k[0] in loads and k[1] < args.seeds}
     summary = summarise(runs)
     where = "Irina without its empty nodes" if drop else "Irina"
     table = Table(title=f"{where}, {args.hours:g} h, seeds 0-{args.seeds - 1}: mean [95 % interval]")
