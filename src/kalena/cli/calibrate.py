@@ -14,7 +14,6 @@ Exit codes: 0 done; 1 a run broke the restoration invariant (its figures are inv
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import shlex
@@ -30,8 +29,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kalena.cli.simulate import EXIT_BAD_INPUT, EXIT_INVARIANT, _check_out, _fail, _policy
-from kalena.core.estimators.decay import DecayParams
-from kalena.core.validate import ConfigError
 from kalena.ir.write import write_files_atomic
 from kalena.sim.calibration import (
     DEFAULT_HALF_LIVES_S,
@@ -77,9 +74,7 @@ def _irina():  # type: ignore[no-untyped-def]
     return load_cluster(*irina_paths())
 
 
-def _one(
-    hours: float, seed: int, margin: float, half_life_s: float
-) -> tuple[float, float, int, dict[str, Any]]:
+def _one(hours: float, seed: int, margin: float, half_life_s: float) -> dict[str, Any]:
     """One run (in a worker process): the kept figures of its report, and its invariant count."""
     from kalena.sim import SimConfig, Simulation, build_report
 
@@ -91,57 +86,7 @@ def _one(
     kept = {k: report[k] for k in KEEP}
     kept["restoration_violations"] = report["restoration_violations"]
     kept["wall_seconds"] = report["wall_seconds"]
-    return margin, half_life_s, seed, kept
-
-
-def _plot(rows: list[dict[str, Any]], best: int) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from kalena.sim.calibration import pareto_front
-
-    x = [r["disruptions_per_hour"] for r in rows]
-    y = [r["reclaimed_cpu_core_hours"] for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    ax.scatter(x, y, color="#1f77b4", zorder=3)
-    front = pareto_front(x, y)
-    ax.plot(
-        [x[i] for i in front],
-        [y[i] for i in front],
-        color="#1f77b4",
-        alpha=0.5,
-        label="safety curve (Pareto front)",
-    )
-    for r, xi, yi in zip(rows, x, y, strict=True):
-        ax.annotate(
-            f"m={r['margin']:g}\nh={r['half_life_s']:g}s",
-            (xi, yi),
-            fontsize=7,
-            xytext=(4, 4),
-            textcoords="offset points",
-        )
-    ax.scatter(
-        [x[best]],
-        [y[best]],
-        s=220,
-        facecolors="none",
-        edgecolors="#d62728",
-        linewidths=2,
-        zorder=4,
-        label="knee: the shipped default",
-    )
-    ax.set_xlabel("disruptions per simulated hour (evictions + kernel OOM kills)")
-    ax.set_ylabel("reclaimed cpu (core-hours, mean over seeds)")
-    ax.set_title("Calibration: reclaimed capacity against disruption (seed 000 §6.4)")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return kept
 
 
 #: Options that say where the output goes, not what runs: left out of the recorded command, so a
@@ -224,11 +169,6 @@ def calibrate(
     if bad is not None:
         raise _fail([bad])
     settings = [Setting(m, h) for m in grid_m for h in grid_h]
-    for s in settings:  # the estimator's own rule, before any run
-        try:
-            DecayParams(margin=s.margin, half_life_s=s.half_life_s)
-        except ConfigError as e:
-            raise _fail([f"{s.label()}: {e}"]) from None
     jobs = [(seed, s) for seed in range(seeds) for s in settings]  # seed-major: A/B/A/B
     n_workers = min(workers or os.cpu_count() or 1, len(jobs))
     console = Console(stderr=True)
@@ -244,14 +184,13 @@ def calibrate(
         task = bar.add_task("runs", total=len(jobs))
         futures = {pool.submit(_one, hours, seed, s.margin, s.half_life_s): (seed, s) for seed, s in jobs}
         for f in as_completed(futures):
+            seed, s = futures[f]
             try:
-                margin, half_life_s, seed, kept = f.result()
+                runs[(s, seed)] = f.result()
             except Exception as e:  # a run that broke: say which, stop the rest, write nothing
-                seed, s = futures[f]
                 pool.shutdown(wait=False, cancel_futures=True)
                 why = f"{s.label()}, seed {seed}: the run failed ({e!r}); nothing was written"
                 raise _fail([why]) from None
-            runs[(Setting(margin, half_life_s), seed)] = kept
             bar.advance(task)
     elapsed = time.monotonic() - t0
     ordered = [(s, seed, runs[(s, seed)]) for seed, s in jobs]
@@ -277,7 +216,9 @@ def calibrate(
         ],
     }
     text = json.dumps(record, indent=1) + "\n"
-    files: dict[Path, str | bytes] = {out / RECORD_FILE: text, out / PLOT_FILE: _plot(rows, best)}
+    from kalena.sim.plots import safety_curve  # matplotlib loads only once a sweep has ended
+
+    files: dict[Path, str | bytes] = {out / RECORD_FILE: text, out / PLOT_FILE: safety_curve(rows, best)}
     if write_defaults:
         files[defaults_root / DEFAULTS_MODULE] = _defaults_module(chosen, command, date)
         files[defaults_root / SHIPPED_RECORD] = text
