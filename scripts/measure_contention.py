@@ -101,6 +101,37 @@ def counters(reader: FsCgroupReader, name: str) -> Counters:
     return Counters(usage, p.some.total_us, p.full.total_us if p.full is not None else 0)
 
 
+def spawn(
+    writer: CgroupWriter,
+    name: str,
+    argv: list[str],
+    *,
+    cpus: set[int] | None = None,
+    oom_score_adj: int | None = None,
+    **popen: Any,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` inside cgroup ``name`` (every hierarchy), before it runs a line of its own.
+
+    The child dies with this script (``PR_SET_PDEATHSIG``), so an interrupted measurement leaves no
+    burner behind; ``cpus`` pins it, ``oom_score_adj`` sets what the kernel's OOM killer weighs it by.
+    """
+    files = writer.procs_files(name)
+    parent = os.getpid()
+
+    def enter() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # die with this script
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        for f in files:
+            f.write_text(str(os.getpid()))
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if oom_score_adj is not None:
+            Path("/proc/self/oom_score_adj").write_text(str(oom_score_adj))
+
+    return subprocess.Popen(argv, preexec_fn=enter, **popen)
+
+
 def run_trial(
     writer: CgroupWriter, reader: FsCgroupReader, mix: str, load: float, cpus: set[int] | None, seconds: float
 ) -> dict[str, Any]:
@@ -119,18 +150,7 @@ def run_trial(
         for name, weight, want in zip(names, weights, wants, strict=True):
             writer.create(name, "measure")
             writer.apply([KnobWrite(name, Knob.CPU_WEIGHT, weight, "measure")])
-            files = writer.procs_files(name)
-
-            def enter(files: tuple[Path, ...] = files, parent: int = os.getpid()) -> None:
-                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # die with this script
-                if os.getppid() != parent:
-                    os.kill(os.getpid(), signal.SIGKILL)
-                for f in files:
-                    f.write_text(str(os.getpid()))
-                if cpus is not None:
-                    os.sched_setaffinity(0, cpus)
-
-            procs.append(subprocess.Popen([sys.executable, "-c", BURNER, str(want)], preexec_fn=enter))
+            procs.append(spawn(writer, name, [sys.executable, "-c", BURNER, str(want)], cpus=cpus))
         time.sleep(1.0)  # settle
         t0 = time.monotonic()
         before = {n: counters(reader, n) for n in ["node", *names]}

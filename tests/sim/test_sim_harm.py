@@ -119,13 +119,15 @@ def bursting_cluster_run(margin: float, seed: int) -> dict:
 def test_a_margin_too_low_lets_memory_bursts_reach_the_oom_killer():
     # With margin 1.0 the reservation sits at the memory in use, batch fills the rest of the node,
     # and a burst that arrives at once overflows it before the node agent can evict anyone: the
-    # kernel kills (batch first). With 1.5 the reservation holds the burst's room and batch is
-    # never admitted into it.
+    # kernel kills. With 1.5 the reservation holds the burst's room and batch is never admitted
+    # into it. Whom the kernel takes is the pod furthest above its own memory request (the kubelet's
+    # oom_score_adj; measured so on real cgroups, test_sim_memory_measured.py): here, mostly the
+    # bursting production pod, not the batch pods within their requests.
     low = [bursting_cluster_run(1.0, seed) for seed in (0, 1)]
     high = [bursting_cluster_run(1.5, seed) for seed in (0, 1)]
     kills = {name: sum(r["batch_oom_kills"] + r["production_oom_kills"] for r in runs)
              for name, runs in (("low", low), ("high", high))}  # fmt: skip
-    assert kills["low"] >= 10  # 25 here
+    assert kills["low"] >= 8  # 12 here
     assert kills["high"] <= 3  # 1 here
-    assert all(r["production_oom_kills"] == 0 for r in low + high)  # batch goes first
+    assert sum(r["production_oom_kills"] for r in low) > sum(r["batch_oom_kills"] for r in low)  # 10 and 2
     assert all(r["restoration_violations"] == 0 for r in low + high)

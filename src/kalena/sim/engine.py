@@ -540,7 +540,7 @@ class Simulation:
         grouped, bounds = rows_by_node(live, rs.node[live], self.ledger.n_nodes)  # rows ascending
         for n in nodes:
             rows = grouped[bounds[n] : bounds[n + 1]]
-            for row in memory.oom_victims(rows, rs.is_batch, t.usage, t.limit, self.cap[n]):
+            for row in memory.oom_victims(rows, rs.request, t.usage, t.limit, self.cap[n]):
                 self._kernel_kill(row, n, now)
         self._rows_changed()
 
