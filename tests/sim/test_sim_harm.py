@@ -27,7 +27,7 @@ from kalena.core.validate import ConfigError
 from kalena.data import irina_paths
 from kalena.ir import load_cluster
 from kalena.sim import SimConfig, Simulation, build_report
-from kalena.sim.params import default_batch, default_production
+from kalena.sim.params import FITTED, default_batch, default_production
 
 CLUSTER = load_cluster(*irina_paths())
 HOURS = 0.5
@@ -56,13 +56,14 @@ def test_a_heavier_batch_load_does_production_more_harm(light, heavy):
     assert heavy[slow] > 4 * light[slow] > 0
     assert heavy[slow] - light[slow] > 10_000
     # what production wanted, interference included, and did not get does not fall with the load;
-    # it barely rises (8,083 to 8,086 core-seconds): batch at cpu.weight 1 yields to production
+    # it barely rises (6,309 to 6,415 core-seconds): batch at cpu.weight 1 yields to production
     unmet = "production_unmet_cpu_core_seconds"
     assert heavy[unmet] >= light[unmet]
-    # the fitted pressure: the busier nodes stayed above the round's PSI threshold until it drained
-    # them, where the light load never escalated
-    assert light["escalations"] == 0 and heavy["escalations"] > 0
-    assert heavy["evictions"]["escalation-drain"] > 0
+    # the fitted pressure: more of the busier nodes stayed above the round's PSI threshold until it
+    # drained them (17 escalations against 7; 466 batch pods drained against none). Production's
+    # own container-level noise escalates a few nodes even beside little batch.
+    assert heavy["escalations"] > light["escalations"]
+    assert heavy["evictions"]["escalation-drain"] > 10 * max(1, light["evictions"]["escalation-drain"])
 
 
 def test_without_interference_nothing_is_lost_to_it_and_less_is_unmet(heavy):
@@ -88,7 +89,7 @@ def test_interference_is_a_fraction_named_when_wrong():
 def bursting_cluster_run(margin: float, seed: int) -> dict:
     """60 nodes of 16 cores and 32 GiB, each with one production pod of 4 cores and 16 GiB whose
     memory jumps 40 % of its request above its mean while bursting (the fitted bursts barely move
-    memory: Google 2011's 5-minute peaks sit ~1 % above the mean), and memory-heavy batch (three
+    memory: Google 2011's 5-minute peaks sit ~1 % above the mean), and memory-heavy batch (five
     times the fitted intensity), so memory is where the nodes bind."""
     nodes = [NodeSpec(f"n{i:02d}", Resources.of(cpu=16.0, ram=32.0)) for i in range(60)]
     pods = [
@@ -101,9 +102,14 @@ def bursting_cluster_run(margin: float, seed: int) -> dict:
     tables = prod.copula_tables.copy()
     tables[3] = np.minimum(tables[2] + 0.4, 1.5)  # ram while bursting: the mean + 0.4 R
     mu, sd = prod.burst_rate_log
-    prod = dataclasses.replace(prod, copula_tables=tables, burst_rate_log=(mu + np.log(5.0), sd))
+    # cpu as calm as a whole machine's (the fit's reference figure), so that cpu pressure does not
+    # drain the nodes first: the test is about memory
+    calm = float(FITTED["dynamics"]["machine_noise_log_sd"])
+    prod = dataclasses.replace(
+        prod, copula_tables=tables, burst_rate_log=(mu + np.log(5.0), sd), noise_log_sd=calm
+    )
     batch = default_batch()
-    batch = dataclasses.replace(batch, memory_intensity_table=batch.memory_intensity_table * 3.0)
+    batch = dataclasses.replace(batch, memory_intensity_table=batch.memory_intensity_table * 5.0)
     cfg = SimConfig(
         hours=2.0,
         seed=seed,
@@ -122,12 +128,12 @@ def test_a_margin_too_low_lets_memory_bursts_reach_the_oom_killer():
     # kernel kills. With 1.5 the reservation holds the burst's room and batch is never admitted
     # into it. Whom the kernel takes is the pod furthest above its own memory request (the kubelet's
     # oom_score_adj; measured so on real cgroups, test_sim_memory_measured.py): here, mostly the
-    # bursting production pod, not the batch pods within their requests.
+    # bursting production pods as often as the batch pods within their requests.
     low = [bursting_cluster_run(1.0, seed) for seed in (0, 1)]
     high = [bursting_cluster_run(1.5, seed) for seed in (0, 1)]
     kills = {name: sum(r["batch_oom_kills"] + r["production_oom_kills"] for r in runs)
              for name, runs in (("low", low), ("high", high))}  # fmt: skip
-    assert kills["low"] >= 8  # 12 here
-    assert kills["high"] <= 3  # 1 here
-    assert sum(r["production_oom_kills"] for r in low) > sum(r["batch_oom_kills"] for r in low)  # 10 and 2
+    assert kills["low"] >= 30  # 58 here
+    assert kills["high"] <= 6  # 3 here
+    assert sum(r["production_oom_kills"] for r in low) > 10  # 31 of the 58
     assert all(r["restoration_violations"] == 0 for r in low + high)

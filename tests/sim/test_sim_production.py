@@ -9,7 +9,7 @@ import pytest
 
 from kalena.core.resources import CPU, GPU, NDIM, RAM
 from kalena.sim.params import TABLE_LEVELS, default_production
-from kalena.sim.production import ProductionUsage, copula_draw, normal_cdf
+from kalena.sim.production import ProductionUsage, copula_draw, normal_cdf, request_scores
 
 
 def _requests(n: int) -> np.ndarray:
@@ -66,3 +66,26 @@ def test_a_burst_raises_usage_to_the_peak_ratio_and_a_restart_ends_it():
     assert np.all(out[:, CPU] >= 2.0 * u.pi - 1e-12) and np.all(out[:, RAM] >= 8.0 * u.kappa - 1e-12)
     u.restart(np.arange(200))
     assert not u.bursting.any() and np.all(u.x == 0) and np.all(u.y == 0)
+
+
+def test_usage_follows_the_request_rank_as_fitted():
+    """Usage drawn given the request's rank: with a strong request correlation, bigger pods draw
+    higher cpu ratios; with none, the rank carries nothing."""
+    p = default_production()
+    req = np.repeat(np.arange(1.0, 201.0), 50)  # 200 sizes, 50 pods each
+    scores = request_scores(req)
+    assert np.all(np.diff(np.unique(scores)) > 0) and abs(scores.mean()) < 1e-9
+    strong = copula_draw(p.copula_tables, p.copula_corr, len(req), np.random.default_rng(3), scores,
+                         np.array([0.8, 0.6, 0.0, 0.0]))  # fmt: skip
+    none = copula_draw(
+        p.copula_tables, p.copula_corr, len(req), np.random.default_rng(3), scores, np.zeros(4)
+    )
+    small, big = req <= 50, req > 150
+    assert np.median(strong[big, 0]) > 2 * np.median(strong[small, 0])
+    assert 0.7 < np.median(none[big, 0]) / np.median(none[small, 0]) < 1.4
+
+
+def test_a_request_correlation_that_breaks_the_copula_is_refused():
+    p = default_production()
+    with pytest.raises(ValueError, match="request_corr"):
+        dataclasses.replace(p, request_corr=np.array([0.99, -0.99, 0.0, 0.0]))

@@ -3,7 +3,9 @@
 Each pod ``p`` with requests ``R`` draws, once (parameters in :class:`kalena.sim.params.ProductionParams`):
 
 * ``(mu, pi, nu, kappa)`` from the Gaussian copula with empirical marginals: cpu mean, cpu peak
-  (the request-to-peak ratio), ram mean and ram peak, each over its request;
+  (the request-to-peak ratio), ram mean and ram peak, each over its request, given the normal score
+  of the pod's cpu request among the cluster's production pods (``z_r``): ``z = c z_r + e``,
+  ``e ~ N(0, corr - c c^T)``, ``c`` the copula's request correlations;
 * amplitude ``A`` ~ N(A_mean, A_sd) clipped to [0, 0.9], peak hour ``h`` ~ N(h_mean, h_sd);
 * burst rate ``f`` (per hour) ~ lognormal (the burst frequency).
 
@@ -24,6 +26,7 @@ runs that share a seed see identical production usage whatever else differs betw
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
@@ -38,9 +41,42 @@ def normal_cdf(z: np.ndarray) -> np.ndarray:
     return out.reshape(np.shape(z))
 
 
-def copula_draw(tables: np.ndarray, corr: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n draws (n, k) of a Gaussian copula: z ~ N(0, corr), x_j = Q_j(Phi(z_j)), Q_j a table's inverse CDF."""
-    z = rng.multivariate_normal(np.zeros(len(corr)), corr, size=n)
+def request_scores(requests: np.ndarray) -> np.ndarray:
+    """Normal score of each request's mid-rank (ties share one): where a pod's size stands in its cluster."""
+    n = len(requests)
+    if n == 0:
+        return np.zeros(0)
+    _, inverse, counts = np.unique(requests, return_inverse=True, return_counts=True)
+    below = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    u = (below + counts / 2.0) / n
+    return _normal_ppf(u)[inverse.ravel()]
+
+
+def _normal_ppf(u: np.ndarray) -> np.ndarray:
+    inv = NormalDist().inv_cdf
+    return np.array([inv(float(v)) for v in u])
+
+
+def copula_draw(
+    tables: np.ndarray,
+    corr: np.ndarray,
+    n: int,
+    rng: np.random.Generator,
+    given: np.ndarray | None = None,
+    given_corr: np.ndarray | None = None,
+) -> np.ndarray:
+    """n draws (n, k) of a Gaussian copula: z ~ N(0, corr), x_j = Q_j(Phi(z_j)), Q_j a table's inverse CDF.
+
+    With ``given`` (n normal scores) and ``given_corr`` (k correlations with it), each z is drawn
+    conditionally on its row's score: ``z = given_corr * g + e``, ``e ~ N(0, corr - c c^T)``.
+    """
+    k = len(corr)
+    c = np.zeros(k) if given_corr is None else np.asarray(given_corr, dtype=np.float64)
+    g = np.zeros(n) if given is None else np.asarray(given, dtype=np.float64)
+    cov = corr - np.outer(c, c)
+    w, v = np.linalg.eigh(cov)  # a square root that tolerates a singular (e.g. ram mean ~ ram peak) matrix
+    root = v * np.sqrt(np.clip(w, 0.0, None))
+    z = g[:, None] * c[None, :] + rng.standard_normal((n, k)) @ root.T
     u = normal_cdf(z)
     return np.column_stack([np.interp(u[:, j], TABLE_LEVELS, tables[j]) for j in range(len(tables))])
 
@@ -65,7 +101,8 @@ class ProductionUsage:
         self.rng = rng if step_rng is None else step_rng
         n = self.n = len(self.requests)
         lo, hi = params.ratio_bounds
-        ratios = copula_draw(params.copula_tables, params.copula_corr, n, rng)
+        scores = request_scores(self.requests[:, CPU])
+        ratios = copula_draw(params.copula_tables, params.copula_corr, n, rng, scores, params.request_corr)
         np.clip(ratios, lo, hi, out=ratios)
         self.mu, self.pi, self.nu, self.kappa = ratios.T.copy()
         self.amplitude = np.clip(rng.normal(params.amplitude_mean, params.amplitude_sd, n), 0.0, 0.9)

@@ -10,9 +10,12 @@ Assumptions (no stored trace measures them):
   that 20 % of non-production tasks request less than 0.1 core (seed 000 Appendix B); Alibaba's
   batch_task has only 2.6 % there, so the remaining 80 % follow Alibaba's requests >= 0.1 core.
 * ``batch.cpu_demand_ratio = 1.0``: a batch task is CPU-bound at its request. Per-instance batch
-  usage is missing from every stored trace (Alibaba batch_instance is absent from both excerpts;
-  Google 2011 non-production tasks at the trace start are nearly idle, median mean/request 0.002,
-  which describes waiting tasks, not running work).
+  usage is missing from every stored trace (Alibaba batch_instance is absent from both excerpts).
+  Google 2011's non-production tasks at the trace start are idle, not running work: 93 % use
+  under 1 % of their cpu request, job-weighted median 0.006, 0.03 in aggregate
+  (``FITTED["production"]["batch_cpu_*"]``, kept as references). The offered load is stated as
+  the cpu those tasks would use and swept with ``SimConfig.batch_load_factor``
+  (``kalena simulate --batch-load``) rather than fitted.
 * ``batch.startup_s = 25``: Borg's median task startup latency (seed 000 §4.3): a placed task makes
   no progress for its first 25 s.
 * ``production.ratio_bounds = (0.005, 4.0)``: sampled usage/request ratios are clipped there, so a
@@ -54,11 +57,15 @@ class ProductionParams:
 
     * ``copula_tables`` (4 quantile tables) and ``copula_corr``: a Gaussian copula with empirical
       marginals for (cpu mean, cpu peak, ram mean, ram peak) / request of Google 2011 production
-      tasks (one 5-minute window; cpu peak is the window's 1-second maximum rate), sampled jointly
-      per pod: ``z ~ N(0, corr)``, ``x_j = Q_j(Phi(z_j))``.
+      tasks (one 5-minute window; cpu peak is the window's 1-second maximum rate; every job weighs
+      the same), sampled jointly per pod: ``z ~ N(0, corr)``, ``x_j = Q_j(Phi(z_j))``.
+    * ``request_corr``: the correlation of the cpu request's normal score with each of the four:
+      a pod's ``z`` is drawn given the normal score of its request's rank among the cluster's
+      production pods (usage conditioned on request size).
     * ``amplitude``/``peak_hour``: diurnal amplitude (relative) and peak hour of the cpu profile,
-      normal across pods (Alibaba 2018 machines). ``ram_amplitude``: the same for memory.
-    * ``noise_tau_s``/``noise_log_sd``: AR(1) log-noise of cpu; ``ram_noise_*`` of memory (container c_1).
+      normal across pods (Alibaba 2018 online-service containers). ``ram_amplitude``: memory's.
+    * ``noise_tau_s``/``noise_log_sd``: AR(1) log-noise of cpu (the time constant from machines,
+      the sd from containers); ``ram_noise_*`` of memory (container c_1).
     * ``burst_rate_log``: lognormal (mu, sigma) of bursts per hour; ``burst_duration_s``: mean length.
     """
 
@@ -76,11 +83,17 @@ class ProductionParams:
     burst_rate_log: tuple[float, float]
     burst_duration_s: float
     ratio_bounds: tuple[float, float] = (0.005, 4.0)
+    request_corr: np.ndarray = field(default_factory=lambda: np.zeros(4))
 
     def __post_init__(self) -> None:
         corr = np.asarray(self.copula_corr, dtype=np.float64)
         if corr.shape != (4, 4) or np.any(np.linalg.eigvalsh(corr) < -1e-12) or np.any(np.diag(corr) != 1):
             raise ValueError("production copula_corr must be a 4x4 correlation matrix")
+        c = np.asarray(self.request_corr, dtype=np.float64)
+        if c.shape != (4,) or np.any(np.linalg.eigvalsh(corr - np.outer(c, c)) < -1e-9):
+            raise ValueError(
+                "production request_corr must be 4 correlations that, with copula_corr, form one"
+            )
         tables = np.asarray(self.copula_tables, dtype=np.float64)
         if tables.shape != (4, len(TABLE_LEVELS)) or np.any(np.diff(tables, axis=1) < 0):
             raise ValueError(
@@ -152,6 +165,7 @@ def default_production() -> ProductionParams:
     return ProductionParams(
         copula_tables=np.asarray(p["copula_tables"], dtype=np.float64),
         copula_corr=np.asarray(p["copula_corr"], dtype=np.float64),
+        request_corr=np.asarray(p["copula_request_corr"], dtype=np.float64),
         amplitude_mean=d["diurnal_amplitude_mean"],
         amplitude_sd=d["diurnal_amplitude_sd"],
         peak_hour_mean=d["diurnal_peak_hour_mean"],
