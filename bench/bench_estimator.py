@@ -93,7 +93,7 @@ def main() -> None:
 
     peak = PeakWithMargin(PeakParams(window=args.window))
     pstate = peak.init(requests, limits, started, grace=grace, classes=rng.integers(0, 3, w))
-    pstate.window[...] = requests[..., None] * rng.uniform(0, 1.5, (w, NDIM, args.window))
+    pstate.window[...] = requests[None] * rng.uniform(0, 1.5, (args.window, w, NDIM))
     pstate.n_valid[...] = args.window
     sorted_state = full_sort(copy_state(pstate))  # the same rows, sorted every update (the old path)
     rebuild_top(pstate)

@@ -124,7 +124,7 @@ def test_appended_rows_start_empty_and_selected_rows_keep_their_window() -> None
     r = est.update_in_place(state, np.array([row(1.0), row(NAN)]), 10.0, 10.0)
     assert r[:, CPU].tolist() == [pytest.approx(2.98), 5.0]  # [3 1]: 1 + 0.99*2; new row: no sample, R
     kept = select_rows(state, [False, True])
-    assert kept.n == 1 and np.isnan(kept.window[:, CPU]).all()
+    assert kept.n == 1 and kept.window.shape == (4, 1, NDIM) and np.isnan(kept.window[:, 0, CPU]).all()
 
 
 @pytest.mark.parametrize(

@@ -12,16 +12,16 @@ Shared rules (seed 000 §2.5), written once here and applied by :func:`finalize`
    startup transients do not resemble steady state and the opt-out suppresses estimation;
 4. the gpu dimension always has r = R (non-reclaimable, seed 000 §2.4).
 
-r_0 = R for every row. The state is plain NumPy arrays whose leading axis is the workload, so
-:func:`append_rows`, :func:`select_rows` and :func:`assign_rows` work on every estimator's state
-without knowing it.
+r_0 = R for every row. The state is plain NumPy arrays whose leading axis is the workload (or the
+axis a state names in ``ROW_AXES``), so :func:`append_rows`, :func:`select_rows` and
+:func:`assign_rows` work on every estimator's state without knowing it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -46,6 +46,9 @@ class EstimatorState:
     reservation: np.ndarray  # (W, 8) float64, r_t
     spare: np.ndarray  # (W, 8) float64 scratch
     missing: np.ndarray  # (W, 8) bool scratch
+
+    #: Fields whose workload axis is not the first (a ring stored slot-major, say): name -> axis.
+    ROW_AXES: ClassVar[dict[str, int]] = {}
 
     @property
     def n(self) -> int:
@@ -225,6 +228,10 @@ def _row_fields(state: EstimatorState) -> list[str]:
     return [f.name for f in dataclasses.fields(state) if isinstance(getattr(state, f.name), np.ndarray)]
 
 
+def _axis(state: EstimatorState, name: str) -> int:
+    return state.ROW_AXES.get(name, 0)
+
+
 def copy_state(state: S) -> S:
     """An independent copy (arrays copied, shared scalars such as a ring head kept)."""
     return dataclasses.replace(state, **{k: getattr(state, k).copy() for k in _row_fields(state)})
@@ -237,9 +244,13 @@ def select_rows(state: S, keep: ArrayLike) -> S:
     them with :func:`assign_rows` and compact with this now and then.
     """
     idx = np.asarray(keep)
-    if idx.dtype == np.bool_ and idx.shape != (state.n,):
-        raise ValueError(f"keep mask must have shape ({state.n},), got {idx.shape}")
-    return dataclasses.replace(state, **{k: getattr(state, k)[idx] for k in _row_fields(state)})
+    if idx.dtype == np.bool_:
+        if idx.shape != (state.n,):
+            raise ValueError(f"keep mask must have shape ({state.n},), got {idx.shape}")
+        idx = np.flatnonzero(idx)
+    return dataclasses.replace(
+        state, **{k: np.take(getattr(state, k), idx, axis=_axis(state, k)) for k in _row_fields(state)}
+    )
 
 
 def _check_same_kind(state: S, new: S) -> None:
@@ -247,8 +258,10 @@ def _check_same_kind(state: S, new: S) -> None:
         raise TypeError(f"cannot combine {type(new).__name__} rows with {type(state).__name__}")
     for k in _row_fields(state):
         a, b = getattr(state, k), getattr(new, k)
-        if a.shape[1:] != b.shape[1:]:
-            raise ValueError(f"{k}: rows of shape {b.shape[1:]} do not match {a.shape[1:]}")
+        ax = _axis(state, k)
+        mine, theirs = np.delete(a.shape, ax).tolist(), np.delete(b.shape, ax).tolist()
+        if mine != theirs:
+            raise ValueError(f"{k}: rows of shape {tuple(theirs)} do not match {tuple(mine)}")
 
 
 def assign_rows(state: S, at: ArrayLike, new: S) -> None:
@@ -262,7 +275,7 @@ def assign_rows(state: S, at: ArrayLike, new: S) -> None:
     if idx.shape != (new.n,):
         raise ValueError(f"at must list {new.n} row indices, got shape {idx.shape}")
     for k in _row_fields(state):
-        getattr(state, k)[idx] = getattr(new, k)
+        getattr(state, k)[(slice(None),) * _axis(state, k) + (idx,)] = getattr(new, k)
 
 
 def append_rows(state: S, new: S) -> S:
@@ -273,5 +286,9 @@ def append_rows(state: S, new: S) -> S:
     """
     _check_same_kind(state, new)
     return dataclasses.replace(
-        state, **{k: np.concatenate((getattr(state, k), getattr(new, k))) for k in _row_fields(state)}
+        state,
+        **{
+            k: np.concatenate((getattr(state, k), getattr(new, k)), axis=_axis(state, k))
+            for k in _row_fields(state)
+        },
     )

@@ -21,12 +21,12 @@ not raise r to m*u at once: the p99 deliberately discounts the rarest spike.
 
 **Incremental and exact.** A high quantile needs only the window's top few samples: with n valid
 samples, p_q reads the sorted samples at ranks floor(q(n-1)) and one above, i.e. at most
-``k = max_n (n - floor(q(n-1)))`` from the top (2 for q = 0.99 and K = 90). Each row keeps those
-top-k values with the ring slots they sit in. An update inserts the new sample where it beats the
-k-th (a few rows a tick), and re-reads the whole window only for the rows whose cached value is
-the one leaving the ring (about k/K of them); the quantile is then two gathers. The result equals
-the full sort bit for bit (same samples, same float32 values, same arithmetic). Where k is large
-(a low quantile), the full sort per update is used instead.
+``k = max_n (n - floor(q(n-1)))`` from the top (2 for q = 0.99 and K = 90). Each row keeps its
+window's c largest values (c <= k + 2) with the ring slots they sit in. A departing cached value
+leaves the cache; the new sample goes in where it beats the c-th (a few rows a tick); only rows
+left with fewer than k re-read their window; the quantile is then two column reads. The result
+equals the full sort bit for bit (same samples, same float32 values, same arithmetic). Where k is
+large (a low quantile), the full sort per update is used instead.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -52,8 +53,11 @@ from kalena.core.validate import check_fraction, check_int, check_number
 DEFAULT_WINDOW = 90
 #: Rows sorted per block: a block's window (1024 x 8 x K float32) stays in cache for K ~ 100.
 _BLOCK = 1024
-#: The most top samples kept per row for the incremental quantile; beyond it, the full sort.
+#: The most top samples the quantile may need for the incremental path; beyond it, the full sort.
 MAX_TOP = 8
+#: Samples kept beyond the k needed: a row re-reads its window only when departures leave it with
+#: fewer than k, not at every departure of one of its top k.
+SPARE_TOP = 2
 
 
 class MarginClass(enum.IntEnum):
@@ -97,12 +101,17 @@ class PeakParams:
 
 @dataclass(slots=True, eq=False)
 class PeakState(EstimatorState):
-    window: np.ndarray  # (W, 8, K) float32 ring of samples, NaN = none
+    # slot-major, so that an update writes one contiguous (W, 8) slot rather than a strided one
+    window: np.ndarray  # (K, W, 8) float32 ring of samples, NaN = none
     n_valid: np.ndarray  # (W, 8) int32 samples in the window
     margin: np.ndarray  # (W,) float64 m_class
-    top: np.ndarray  # (W, 8, k) float32 the window's k largest samples, descending; -inf = none
-    top_slot: np.ndarray  # (W, 8, k) int32 the ring slot of each; -1 = none
+    top: np.ndarray  # (W, 8, C) float32 the window's c largest samples, descending; -inf past c
+    top_slot: np.ndarray  # (W, 8, C) int32 the ring slot of each; -1 past c
+    top_count: np.ndarray  # (W, 8) int8 c: how many of the window's largest ``top`` holds
+    top_floor: np.ndarray  # (W, 8) float32 the c-th of them (what a new sample must beat); -inf: c = 0
     head: int = 0  # next ring slot, shared by all rows
+
+    ROW_AXES: ClassVar[dict[str, int]] = {"window": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,36 +131,42 @@ class PeakWithMargin(EstimatorBase[PeakState]):
             i = int(np.argmax(bad))
             raise ValueError(f"classes[{i}] must be a MarginClass code 0, 1 or 2, got {cls[i].item()!r}")
         k = self.params.top_needed()
-        k = 0 if k > MAX_TOP else k  # no cache: the full sort
+        k = 0 if k > MAX_TOP else min(k + SPARE_TOP, self.params.window)  # 0: the full sort
         return PeakState(
             **rows,
-            window=np.full((w, d, self.params.window), np.nan, dtype=np.float32),
+            window=np.full((self.params.window, w, d), np.nan, dtype=np.float32),
             n_valid=np.zeros((w, d), dtype=np.int32),
             margin=self.params.margins()[cls.astype(np.intp)],
             top=np.full((w, d, k), -np.inf, dtype=np.float32),
             top_slot=np.full((w, d, k), -1, dtype=np.int32),
+            top_count=np.zeros((w, d), dtype=np.int8),
+            top_floor=np.full((w, d), -np.inf, dtype=np.float32),
         )
 
     def update_in_place(self, state: PeakState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
         check_step(state, usage, now, dt)
         hold = held_rows(state, now)
         head = state.head
-        slot = state.window[:, :, head]  # (W, 8) view of the oldest sample
-        state.n_valid -= ~np.isnan(slot)
-        slot[...] = usage
+        new = usage.astype(np.float32)
         if hold.any():  # held rows record nothing (base rule 3)
-            slot[hold] = np.nan
-        state.n_valid += ~np.isnan(slot)
-        state.head = (head + 1) % state.window.shape[2]
+            new[hold] = np.nan
+        slot = state.window[head]  # (W, 8): the oldest sample, about to be overwritten
+        state.n_valid += np.isnan(slot).view(np.int8)
+        state.n_valid -= np.isnan(new).view(np.int8)
+        slot[...] = new
+        state.head = (head + 1) % state.window.shape[0]
 
         est = state.spare
         if state.top.shape[2]:
-            _update_top(state, slot, head)
-            est[...] = top_quantile(state.top, state.n_valid, self.params.quantile)
+            k = self.params.top_needed()
+            _update_top(state, new, head, k)
+            top_quantile(state.top[..., :k], state.n_valid, self.params.quantile, out=est)
         else:
             for lo in range(0, state.n, _BLOCK):
                 hi = min(lo + _BLOCK, state.n)
-                est[lo:hi] = window_quantile(state.window[lo:hi], state.n_valid[lo:hi], self.params.quantile)
+                # (rows, 8, K), made contiguous: a sort along a strided axis is many times slower
+                block = np.ascontiguousarray(np.moveaxis(state.window[:, lo:hi], 0, -1))
+                est[lo:hi] = window_quantile(block, state.n_valid[lo:hi], self.params.quantile)
         np.multiply(est, state.margin[:, None], out=est)
         empty = state.n_valid == 0
         if empty.any():  # no sample yet: hold r (r_0 = R)
@@ -159,39 +174,105 @@ class PeakWithMargin(EstimatorBase[PeakState]):
         return finalize(state, usage, hold)
 
 
-def _update_top(state: PeakState, new: np.ndarray, slot: int) -> None:
-    """Bring every row's top-k up to date after ``new`` (W, 8) was written into ring ``slot``."""
-    top, where = state.top, state.top_slot
-    k = top.shape[2]
-    top2, where2 = top.reshape(-1, k), where.reshape(-1, k)  # (W*8, k) views
+def _update_top(state: PeakState, new: np.ndarray, slot: int, k: int) -> None:
+    """Bring every row's top-c up to date after ``new`` (W, 8) was written into ring ``slot``.
+
+    Invariant: ``top[:c]`` are the c largest samples of the row's window (with their slots). A
+    departing cached sample is dropped (c - 1 largest remain the largest); a new sample is taken
+    in only where it beats the c-th (then no uncached sample can sit above it), the last one
+    falling off when the cache is full; rows left with fewer than the k the quantile reads
+    re-read their window.
+    """
+    size = state.top.shape[2]
+    top2, where2 = state.top.reshape(-1, size), state.top_slot.reshape(-1, size)  # (W*8, C) views
+    count = state.top_count.reshape(-1)
+    floor = state.top_floor.reshape(-1)
+    n_valid = state.n_valid.reshape(-1)
     flat = new.reshape(-1)
-    # rows whose cached sample just left the ring: the whole window again (its new sample included)
-    stale = np.flatnonzero((where2 == slot).any(axis=1))
-    # the others: the new sample goes in where it beats the k-th (NaN beats nothing)
-    beats = flat > top2[:, k - 1]
-    beats[stale] = False
-    ins = np.flatnonzero(beats)
+    ranks = np.arange(size)[None, :]
+    # 1. the sample leaving the ring leaves the cache (at most one entry per row): shift the rest up
+    left = where2[:, 0] == slot
+    for j in range(1, size):
+        left |= where2[:, j] == slot
+    rows = np.flatnonzero(left)
+    if len(rows):
+        t, w = np.take(top2, rows, axis=0), np.take(where2, rows, axis=0)
+        at = _first_column(w == slot)[:, None]
+        t = np.where(
+            ranks < at, t, np.concatenate((t[:, 1:], np.full((len(rows), 1), -np.inf, t.dtype)), axis=1)
+        )
+        w = np.where(ranks < at, w, np.concatenate((w[:, 1:], np.full((len(rows), 1), -1, w.dtype)), axis=1))
+        _put_rows(top2, rows, t)
+        _put_rows(where2, rows, w)
+        count[rows] -= 1
+        floor[rows] = _floor_of(t, count[rows])
+    # 2. the new sample, where it beats the c-th; an empty cache takes it only from an otherwise
+    #    empty window (NaN beats nothing)
+    threshold = floor
+    empty = np.flatnonzero(count == 0)
+    if len(empty):
+        threshold = floor.copy()
+        others = n_valid[empty] - ~np.isnan(flat[empty])
+        threshold[empty] = np.where(others == 0, -np.inf, np.inf)
+    ins = np.flatnonzero(flat > threshold)
     if len(ins):
-        t, w, v = top2[ins], where2[ins], flat[ins]
-        pos = (t >= v[:, None]).sum(axis=1)[:, None]  # after its equals: stable
-        ranks = np.arange(k)[None, :]
+        t, w, v = np.take(top2, ins, axis=0), np.take(where2, ins, axis=0), flat[ins]
+        at = (t[:, 0] >= v).astype(np.intp)  # after its equals: stable
+        for j in range(1, size):
+            at += t[:, j] >= v
+        at = at[:, None]
         shifted_t = np.concatenate((t[:, :1], t[:, :-1]), axis=1)
         shifted_w = np.concatenate((w[:, :1], w[:, :-1]), axis=1)
-        top2[ins] = np.where(ranks < pos, t, np.where(ranks == pos, v[:, None], shifted_t))
-        where2[ins] = np.where(ranks < pos, w, np.where(ranks == pos, slot, shifted_w))
+        t = np.where(ranks < at, t, np.where(ranks == at, v[:, None], shifted_t))
+        _put_rows(top2, ins, t)
+        _put_rows(where2, ins, np.where(ranks < at, w, np.where(ranks == at, slot, shifted_w)))
+        count[ins] = np.minimum(count[ins] + 1, size)
+        floor[ins] = _floor_of(t, count[ins])
+    # 3. rows holding fewer than the quantile reads: the whole window again
+    stale = np.flatnonzero(count < np.minimum(n_valid, k))
     if len(stale):
-        window = state.window.reshape(-1, state.window.shape[2])[stale]
-        top2[stale], where2[stale] = top_of(window, k)
+        window = state.window.reshape(state.window.shape[0], -1)[:, stale].T  # (m, K)
+        vals, slots = top_of(window, size)
+        _put_rows(top2, stale, vals)
+        _put_rows(where2, stale, slots)
+        count[stale] = (slots >= 0).sum(axis=1)
+        floor[stale] = _floor_of(vals, count[stale])
+
+
+def _floor_of(top: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The c-th value of each row of ``top`` (m, C), -inf where c = 0."""
+    c = count.astype(np.intp)
+    return np.where(c > 0, top[np.arange(len(top)), np.maximum(c - 1, 0)], np.float32(-np.inf))
+
+
+def _first_column(mask: np.ndarray) -> np.ndarray:
+    """The first True column of each row of ``mask`` (m, C), which has one (C small: a loop)."""
+    at = np.full(len(mask), mask.shape[1] - 1, dtype=np.intp)
+    for j in range(mask.shape[1] - 2, -1, -1):
+        at[mask[:, j]] = j
+    return at
+
+
+def _put_rows(dst: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
+    """``dst[rows] = src`` for a C-contiguous (n, C) ``dst``: each row moved as one opaque record
+    (a row-index assignment into a 2-D array walks every cell, many times slower)."""
+    record = np.dtype((np.void, dst.shape[1] * dst.itemsize))
+    dst.view(record).reshape(len(dst))[rows] = (
+        np.ascontiguousarray(src, dtype=dst.dtype).view(record).reshape(len(src))
+    )
 
 
 def rebuild_top(state: PeakState) -> None:
     """Recompute every row's top-k from its window: for a caller that wrote the window directly."""
     k = state.top.shape[2]
     if k:
-        w, d, size = state.window.shape
-        vals, slots = top_of(state.window.reshape(-1, size), k)
+        size, w, d = state.window.shape
+        vals, slots = top_of(state.window.reshape(size, -1).T, k)
         state.top[...] = vals.reshape(w, d, k)
         state.top_slot[...] = slots.reshape(w, d, k)
+        count = (slots >= 0).sum(axis=1)
+        state.top_count[...] = count.reshape(w, d)
+        state.top_floor[...] = _floor_of(vals, count).reshape(w, d)
 
 
 def full_sort(state: PeakState) -> PeakState:
@@ -204,38 +285,55 @@ def full_sort(state: PeakState) -> PeakState:
 
 def top_of(window: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k largest samples of each row of ``window`` (m, K), descending, and their slots;
-    -inf and -1 where a row has fewer than k samples (NaN is no sample)."""
-    filled = np.where(np.isnan(window), -np.inf, window)
+    -inf and -1 where a row has fewer than k samples (NaN is no sample). k rounds of argmax: for
+    the few rows and small k this is asked for, cheaper than a partition of every row."""
+    filled = np.where(np.isnan(window), np.float32(-np.inf), window)
     m, size = filled.shape
-    if k < size:
-        part = np.argpartition(filled, size - k, axis=1)[:, size - k :]  # the k largest, unordered
-    else:
-        part = np.broadcast_to(np.arange(size), (m, size))
-    vals = np.take_along_axis(filled, part, axis=1)
-    order = np.argsort(-vals, axis=1, kind="stable")
-    vals = np.take_along_axis(vals, order, axis=1)
-    slots = np.take_along_axis(part, order, axis=1).astype(np.int32)
+    vals = np.full((m, k), -np.inf, dtype=np.float32)
+    slots = np.full((m, k), -1, dtype=np.int32)
+    rows = np.arange(m)
+    for j in range(min(k, size)):
+        at = filled.argmax(axis=1)
+        vals[:, j] = filled[rows, at]
+        slots[:, j] = at
+        filled[rows, at] = -np.inf
     slots[vals == -np.inf] = -1
-    if k > size:  # a window shorter than k: pad
-        vals = np.concatenate((vals, np.full((m, k - size), -np.inf, np.float32)), axis=1)
-        slots = np.concatenate((slots, np.full((m, k - size), -1, np.int32)), axis=1)
     return vals, slots
 
 
-def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float) -> np.ndarray:
+def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float, out: np.ndarray | None = None) -> np.ndarray:
     """:func:`window_quantile` read from the top-k (descending): the sorted sample s_j is
-    ``top[n - 1 - j]``; meaningless where n_valid == 0 (the caller holds r there)."""
-    n1 = np.maximum(n_valid - 1, 0)
-    pos = q * n1
-    below = np.floor(pos).astype(np.intp)
-    above = np.minimum(below + 1, n1)
+    ``top[n - 1 - j]``; meaningless where n_valid == 0 (the caller holds r there).
+
+    The ranks and the interpolation weight depend on n alone, so they are looked up per n.
+    """
     k = top.shape[-1]
-    lo_i = np.minimum(n1 - below, k - 1)[..., None]
-    hi_i = np.minimum(n1 - above, k - 1)[..., None]
-    lo = np.take_along_axis(top, lo_i, axis=-1)[..., 0].astype(np.float64)
-    hi = np.take_along_axis(top, hi_i, axis=-1)[..., 0].astype(np.float64)
+    most = int(n_valid.max(initial=0))
+    n = np.arange(most + 1)
+    n1 = np.maximum(n - 1, 0)
+    pos = q * n1
+    below = np.floor(pos)
+    above = np.minimum(below + 1, n1)
+    lo_of = np.minimum(n1 - below, k - 1).astype(np.int8)
+    hi_of = np.minimum(n1 - above, k - 1).astype(np.int8)
+    frac_of = pos - below
+    if most > 0 and int(n_valid.min()) == most:  # every window as full as the others (the usual)
+        lo = top[..., int(lo_of[most])].astype(np.float64)
+        d = np.subtract(top[..., int(hi_of[most])], lo, dtype=np.float64, out=out)
+        d *= frac_of[most]
+        d += lo
+        return d
+    lo_i, hi_i, frac = lo_of[n_valid], hi_of[n_valid], frac_of[n_valid]
+    lo = top[..., 0].astype(np.float64)
+    hi = lo.copy()
+    for j in range(1, k):
+        col = top[..., j]
+        np.copyto(lo, col, where=lo_i == j)
+        np.copyto(hi, col, where=hi_i == j)
     with np.errstate(invalid="ignore"):  # -inf - -inf where a row has no sample yet
-        return lo + (pos - below) * (hi - lo)
+        np.subtract(hi, lo, out=hi)
+        np.multiply(hi, frac, out=hi)
+        return np.add(lo, hi, out=out if out is not None else lo)
 
 
 def window_quantile(window: np.ndarray, n_valid: np.ndarray, q: float) -> np.ndarray:
