@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,7 @@ from kalena.agent.runtime import (
 )
 from kalena.agent.state import JobRecord
 from kalena.agent.writer import CgroupWriter, ManagedScope
+from kalena.core.enforcement import BATCH_OOM_SCORE_ADJ
 
 
 def test_a_good_submission():
@@ -89,6 +92,22 @@ def test_runtime_starts_the_process_inside_its_cgroup(fake_host, tmp_path):
         assert (tree.dir(h, "batch/j.1") / "cgroup.procs").read_text() == str(pid)
     assert rt.release("batch/j.1") == 0
     assert (tmp_path / "jobs" / "batch_j.1.log").read_text() == "hello\n"
+
+
+def test_a_batch_process_is_the_oom_killers_first_choice(fake_host, tmp_path):
+    """Real process, real kernel: the run starts with the highest oom_score_adj, so where memory
+    outruns the agent the kernel takes it before any process left at the default 0."""
+    tree = CgroupTree(fake_host("hybrid").layout(), "kalena")
+    rt = ProcessRuntime(CgroupWriter(tree, ManagedScope()), FsCgroupReader(tree), tmp_path / "jobs")
+    job = JobRecord("j", [sys.executable, "-c", "import time; time.sleep(60)"], {}, None, 0, 0.0)
+    job.workload_id = job.cgroup = "batch/j.1"
+    pid = rt.start(job, "test")
+    try:
+        assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == str(BATCH_OOM_SCORE_ADJ) == "1000"
+        assert Path(f"/proc/{os.getpid()}/oom_score_adj").read_text().strip() != "1000"  # not the agent's
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        rt.release("batch/j.1")
 
 
 def test_a_command_that_cannot_start_raises(fake_host):

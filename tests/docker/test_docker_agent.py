@@ -238,6 +238,8 @@ def test_batch_fills_slack_is_throttled_evicted_with_sigterm_requeued_and_runs_a
             facts = engine.inspect(f"kalena-{j}.1")
             assert facts is not None and facts.running
             assert facts.cgroup_parent == f"{cgroup_root}/batch/{j}.1"
+            # the kernel's OOM killer takes batch before the engine's other containers (score 0)
+            assert Path(f"/proc/{facts.pid}/oom_score_adj").read_text().strip() == "1000"
             assert facts.nano_cpus == 0 and facts.cpu_quota == 0  # inspect: no CPU setting of its own ...
         # ... Kalena's quota sits on the parent, and grows into the slack
         parent = {j: cpu_dir(f"{cgroup_root}/batch/{j}.1") for j in (lo, hi)}

@@ -40,6 +40,7 @@ from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.layout import BATCH_PARENT
 from kalena.agent.state import JobRecord, write_atomic
 from kalena.agent.writer import CgroupWriter
+from kalena.core.enforcement import BATCH_OOM_SCORE_ADJ
 from kalena.core.quantity import QuantityError, parse_quantity
 from kalena.core.resources import DIMS
 from kalena.ir.errors import MISSING, Problem, ProblemLog, key_path
@@ -276,6 +277,9 @@ class ProcessRuntime:
             for f in files:
                 with open(f, "w") as fh:
                     fh.write(str(os.getpid()))
+            # the kernel's OOM killer takes batch first (raising one's own score needs no privilege)
+            with open("/proc/self/oom_score_adj", "w") as fh:
+                fh.write(str(BATCH_OOM_SCORE_ADJ))
 
         out: Any = subprocess.DEVNULL
         if self.log_dir is not None:

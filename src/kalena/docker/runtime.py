@@ -36,6 +36,7 @@ from kalena.agent.layout import BATCH_PARENT, CgroupTree
 from kalena.agent.state import JobRecord
 from kalena.agent.writer import CgroupWriter
 from kalena.core.classify import PRIORITY, TIER
+from kalena.core.enforcement import BATCH_OOM_SCORE_ADJ
 from kalena.docker.cgroups import batch_parent, remove_leftovers
 from kalena.docker.engine import Engine, EngineError
 from kalena.docker.labels import JOB, MANAGED_BY, MANAGER, RUN, WORKLOAD
@@ -147,7 +148,10 @@ class DockerRuntime:
             TIER: "batch",
             PRIORITY: str(job.priority),
         }
-        host: dict[str, Any] = {"cgroup_parent": batch_parent(self.tree, job.cgroup)}
+        host: dict[str, Any] = {
+            "cgroup_parent": batch_parent(self.tree, job.cgroup),
+            "oom_score_adj": BATCH_OOM_SCORE_ADJ,  # the kernel's OOM killer takes batch first
+        }
         if ram_limit > 0:  # the container's own envelope, shown by inspect (Kalena's is the parent's)
             host["mem_limit"] = int(ram_limit * GIB)
         return {"image": job.image, "command": list(job.command), "labels": labels, "host": host}

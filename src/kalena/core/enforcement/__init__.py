@@ -7,6 +7,7 @@ simulator, the Linux node agent, the Docker daemon) carries out. See README.md.
 """
 
 from kalena.core.enforcement.config import (
+    BATCH_OOM_SCORE_ADJ,
     EscalationConfig,
     EvictionConfig,
     PairingConfig,
@@ -63,6 +64,7 @@ from kalena.core.enforcement.throttle import (
 )
 
 __all__ = [
+    "BATCH_OOM_SCORE_ADJ",
     "AdvisoryReport",
     "CandidateGroup",
     "DimensionPressure",

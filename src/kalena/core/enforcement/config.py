@@ -12,6 +12,16 @@ from dataclasses import dataclass
 
 from kalena.core.validate import check_fraction, check_int, check_number, check_seconds, fail
 
+#: What the kernel's OOM killer weighs a batch process by (``/proc/PID/oom_score_adj``): the most,
+#: as Kubernetes does for BestEffort pods. The kernel kills the highest badness first, a process's
+#: memory plus this many thousandths of the memory it may use, so a batch process goes before any
+#: process left at the default 0, whatever their sizes. Where memory arrives faster than the node
+#: agent can evict (a burst's onset), the kernel acts first; measured on real cgroups, left at the
+#: scores the kubelet gives by request it took a production process above its request before a
+#: batch process within its own (``kalena/sim/params/contention/README.md``). Shells that start
+#: batch processes themselves (the node agent's process runtime, the Docker runtime) set it.
+BATCH_OOM_SCORE_ADJ = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class EvictionConfig:
