@@ -122,6 +122,16 @@ def run(cfg: StationkeeperConfig, observations: list[tuple[float, float]], cpu: 
     return states
 
 
+#: A stream of ticks, one of which (``skip``) is dropped.
+MISSED_TICK = {
+    "ticks": st.integers(3, 40),
+    "skip": st.integers(0, 38),
+    "request": st.floats(0.1, 8.0),
+    "replicas": st.integers(1, 40),
+    "seed": st.integers(0, 2**31 - 1),
+}
+
+
 def moves(states: list[tuple[float, int]], at: int) -> list[float]:
     return [b[at] - a[at] for a, b in itertools.pairwise(states) if b[at] != a[at]]
 
@@ -149,13 +159,7 @@ def test_a_workload_hovering_at_a_threshold_does_not_oscillate(replicas, request
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    ticks=st.integers(3, 40),
-    skip=st.integers(0, 38),
-    request=st.floats(0.1, 8.0),
-    replicas=st.integers(1, 40),
-    seed=st.integers(0, 2**31 - 1),
-)
+@given(**MISSED_TICK)
 def test_a_missed_tick_is_made_good_by_the_next(ticks, skip, request, replicas, seed):
     """Drop one tick: after the next, the setting is again where the loop puts it from what it
     sees (within one step of its target), exactly as when no tick was missed."""
@@ -171,13 +175,7 @@ def test_a_missed_tick_is_made_good_by_the_next(ticks, skip, request, replicas, 
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    ticks=st.integers(3, 40),
-    skip=st.integers(0, 38),
-    request=st.floats(0.1, 8.0),
-    replicas=st.integers(1, 40),
-    seed=st.integers(0, 2**31 - 1),
-)
+@given(**MISSED_TICK)
 def test_a_missed_tick_of_the_replica_loop_is_made_good_by_the_next(ticks, skip, request, replicas, seed):
     """The replica loop alone (nothing observed per replica): after the tick that follows a
     dropped one, the count is again one the loop keeps for what it sees: inside the dead band,
