@@ -35,6 +35,7 @@ from typing import Any
 
 from kalena.agent.build import cgroup_tree
 from kalena.agent.cgroupfs import FsCgroupReader
+from kalena.agent.layout import CgroupTree
 from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope
 from kalena.core.enforcement import ThrottleConfig
 from kalena.sim.rows import cpu_weight
@@ -188,6 +189,36 @@ def run_trial(
     }
 
 
+def open_tree(root: str) -> tuple[CgroupTree, CgroupWriter, FsCgroupReader] | None:
+    """The measurement's cgroup tree, its writer and reader; ``None`` (said on stderr) without
+    per-cgroup PSI. A SIGTERM then ends the script through its cleanup."""
+    tree = cgroup_tree(root)
+    if not tree.layout.has_psi:
+        print(f"this host's cgroups ({tree.layout.describe()}) have no per-cgroup PSI", file=sys.stderr)
+        return None
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the cleanup runs on a kill too
+    return tree, CgroupWriter(tree, ManagedScope()), FsCgroupReader(tree)
+
+
+def write_record(
+    script: str, argv: list[str] | None, tree: CgroupTree, out: Path | None, **fields: Any
+) -> None:
+    """The measurement's JSON: its command, date, kernel and cgroup layout, then ``fields``."""
+    record = {
+        "command": f"python scripts/{script} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "kernel": platform.release(),
+        "cgroups": tree.layout.describe(),
+        "cpus": os.cpu_count(),
+        **fields,
+    }
+    text = json.dumps(record, indent=1)
+    if out:
+        out.write_text(text + "\n")
+    else:
+        print(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0, help="each trial's measured window")
@@ -195,13 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quota", action="store_true", help="a one-core CPU quota over every CPU instead")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here (else print it)")
     args = ap.parse_args(argv)
-    tree = cgroup_tree(ROOT)
-    if not tree.layout.has_psi:
-        print(f"this host's cgroups ({tree.layout.describe()}) have no per-cgroup PSI", file=sys.stderr)
+    opened = open_tree(ROOT)
+    if opened is None:
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the cleanup below runs on a kill too
-    writer = CgroupWriter(tree, ManagedScope())
-    reader = FsCgroupReader(tree)
+    tree, writer, reader = opened
     cpus = None if args.quota else {int(c) for c in args.cpus.split(",")}
     trials = []
     try:
@@ -218,20 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         writer.remove("node", "measure")
         writer.remove("", "measure")
-    out = {
-        "command": "python scripts/measure_contention.py " + " ".join(argv or sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "kernel": platform.release(),
-        "cgroups": tree.layout.describe(),
-        "cpus": os.cpu_count(),
-        "slot_s": SLOT_S,
-        "trials": trials,
-    }
-    text = json.dumps(out, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    else:
-        print(text)
+    write_record("measure_contention.py", argv, tree, args.out, slot_s=SLOT_S, trials=trials)
     return 0
 
 

@@ -13,6 +13,7 @@ A "node" is a cgroup with a memory limit (``--limit-mib``, through the node agen
 * ``pair-*``: a production process, then a batch process, each anonymous, in cgroups of their own,
   with the ``oom_score_adj`` the kubelet gives a Burstable pod of their memory request
   (``1000 - 1000 * request / capacity``, kept within [3, 999]): who does the OOM killer take?
+  And once with the scores Kalena's own runtimes give: batch 1000, production left at 0.
 
 For every mix and working set from 50 % to 130 % of the limit, it records: which processes the
 kernel killed (``SIGKILL``) and how long after they started, the node's ``oom_kill`` count, its
@@ -25,9 +26,7 @@ writes is the raw data the simulator's memory model is held to (``src/kalena/sim
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import select
 import signal
 import subprocess
@@ -37,11 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure_contention import spawn  # scripts/ is on sys.path when a script runs
+from measure_contention import open_tree, spawn, write_record  # scripts/ is on sys.path when run
 
-from kalena.agent.build import cgroup_tree
 from kalena.agent.cgroupfs import FsCgroupReader
-from kalena.agent.writer import CgroupWriter, Knob, KnobWrite, ManagedScope
+from kalena.agent.writer import CgroupWriter, Knob, KnobWrite
+from kalena.core.enforcement import BATCH_OOM_SCORE_ADJ
 from kalena.sim.memory import kubelet_oom_score_adj
 
 ROOT = "/kalena-measure-memory"
@@ -95,7 +94,11 @@ MIXES: dict[str, list[tuple[str, str, float | None, float]]] = {
     "file": [("w0", "file", None, 0.0)],
     "pair-production-within-request": [("p0", "production", 0.5, 0.5), ("b0", "batch", None, 0.1)],
     "pair-production-above-request": [("p0", "production", 0.7, 0.5), ("b0", "batch", None, 0.4)],
+    # the same pair with the scores Kalena's own runtimes give (production at the default 0)
+    "pair-kalena-scores": [("p0", "production", 0.7, 0.5), ("b0", "batch", None, 0.4)],
 }
+#: Mixes whose processes get Kalena's scores instead of the kubelet's.
+KALENA_SCORED = {"pair-kalena-scores"}
 FILLS = (0.5, 0.7, 0.9, 0.95, 1.05, 1.1, 1.3)
 
 
@@ -178,7 +181,12 @@ def run_trial(
                 argv = [sys.executable, "-c", FILE, str(file_of(size, folder)), hold]
             else:
                 argv = [sys.executable, "-c", ANON, str(size), hold]
-            adj = None if kind in ("anon", "file") else int(kubelet_oom_score_adj(request))
+            if kind in ("anon", "file"):
+                adj = None
+            elif mix in KALENA_SCORED:
+                adj = BATCH_OOM_SCORE_ADJ if kind == "batch" else 0
+            else:
+                adj = int(kubelet_oom_score_adj(request))
             row: dict[str, Any] = {
                 "process": proc_name, "kind": kind, "bytes": size, "request_share": request,
                 "oom_score_adj": adj, "started_s": time.monotonic() - t0,
@@ -256,13 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="how long each working set is held")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here (else print it)")
     args = ap.parse_args(argv)
-    tree = cgroup_tree(ROOT)
-    if not tree.layout.has_psi:
-        print(f"this host's cgroups ({tree.layout.describe()}) have no per-cgroup PSI", file=sys.stderr)
+    opened = open_tree(ROOT)
+    if opened is None:
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the cleanup below runs on a kill too
-    writer = CgroupWriter(tree, ManagedScope())
-    reader = FsCgroupReader(tree)
+    tree, writer, reader = opened
     limit = args.limit_mib * MIB
     trials = []
     with tempfile.TemporaryDirectory(dir="/var/tmp") as folder:
@@ -286,21 +291,15 @@ def main(argv: list[str] | None = None) -> int:
             for leftover in ("node/idle", "node/w0", "node/p0", "node/b0", "node"):
                 writer.remove(leftover, "measure")
             writer.remove("", "measure")
-    out = {
-        "command": "python scripts/measure_memory.py " + " ".join(argv or sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "kernel": platform.release(),
-        "cgroups": tree.layout.describe(),
-        "cpus": os.cpu_count(),
-        "swap_bytes": swap_bytes(),
-        "interpreter_bytes": overhead,
-        "trials": trials,
-    }
-    text = json.dumps(out, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    else:
-        print(text)
+    write_record(
+        "measure_memory.py",
+        argv,
+        tree,
+        args.out,
+        swap_bytes=swap_bytes(),
+        interpreter_bytes=overhead,
+        trials=trials,
+    )
     return 0
 
 

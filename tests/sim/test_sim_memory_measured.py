@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kalena.core.enforcement import BATCH_OOM_SCORE_ADJ
 from kalena.core.resources import NDIM, RAM
 from kalena.sim import SimConfig, memory
 
 RECORD = Path(memory.__file__).parent / "params" / "contention" / "memory-512mib.json"
 DATA = json.loads(RECORD.read_text())
 TRIALS = DATA["trials"]
-ANON = [t for t in TRIALS if t["mix"] != "file"]
+KUBELET = [t for t in TRIALS if t["mix"] not in ("file", "pair-kalena-scores")]
 
 
 def _ids(trials: list[dict]) -> list[str]:
@@ -35,9 +36,10 @@ def test_the_record_covers_working_sets_from_half_to_past_the_limit_on_a_named_k
     assert {t["mix"] for t in TRIALS} >= {"anon", "file", "pair-production-within-request"}
 
 
-@pytest.mark.parametrize("trial", ANON, ids=_ids(ANON))
+@pytest.mark.parametrize("trial", KUBELET, ids=_ids(KUBELET))
 def test_the_oom_killer_takes_whom_the_simulator_takes(trial):
-    """Anonymous memory: the replay through ``oom_victims`` names exactly the processes killed.
+    """Anonymous memory, the kubelet's scores: the replay through ``oom_victims`` names exactly the
+    processes killed.
 
     The kernel judges when the limit is crossed: the processes started one after another, so the
     last one holds then only what was left (a page more), not its whole working set.
@@ -66,6 +68,15 @@ def test_a_production_pod_above_its_request_goes_before_batch_within_its_own():
         assert [p["process"] for p in t["processes"] if p["killed"]] == ["p0"]
 
 
+def test_with_kalenas_scores_the_kernel_takes_batch_first():
+    """The same pair with the scores Kalena's runtimes give (batch 1000, production at 0): batch goes."""
+    trials = [t for t in TRIALS if t["mix"] == "pair-kalena-scores" and t["fill"] > 1.0]
+    assert trials
+    for t in trials:
+        assert [p["process"] for p in t["processes"] if p["killed"]] == ["b0"]
+        assert [p["oom_score_adj"] for p in t["processes"]] == [0, BATCH_OOM_SCORE_ADJ]
+
+
 def test_below_the_limit_memory_stalls_nothing_as_the_simulator_assumes():
     """The simulator reports no memory pressure below capacity: neither kind of memory stalled there."""
     below = [t for t in TRIALS if t["fill"] < 1.0]
@@ -79,7 +90,7 @@ def test_memory_arrives_and_the_kernel_kills_faster_than_the_agent_reacts():
     """Why the simulator lets the kernel act before the round (``SimConfig.reaction_s``): a node's
     whole memory arrives, and the OOM killer answers, well within the agent's reaction time."""
     reaction = SimConfig().reaction_s
-    for t in ANON:
+    for t in KUBELET:
         for p in t["processes"]:
             if p["ready_s"] is not None:
                 assert p["bytes"] / p["ready_s"] * reaction > t["limit_bytes"]
