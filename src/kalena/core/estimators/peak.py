@@ -317,23 +317,26 @@ def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float, out: np.ndarray
     lo_of = np.minimum(n1 - below, k - 1).astype(np.int8)
     hi_of = np.minimum(n1 - above, k - 1).astype(np.int8)
     frac_of = pos - below
-    if most > 0 and int(n_valid.min()) == most:  # every window as full as the others (the usual)
-        lo = top[..., int(lo_of[most])].astype(np.float64)
-        d = np.subtract(top[..., int(hi_of[most])], lo, dtype=np.float64, out=out)
-        d *= frac_of[most]
-        d += lo
-        return d
-    lo_i, hi_i, frac = lo_of[n_valid], hi_of[n_valid], frac_of[n_valid]
-    lo = top[..., 0].astype(np.float64)
-    hi = lo.copy()
-    for j in range(1, k):
-        col = top[..., j]
-        np.copyto(lo, col, where=lo_i == j)
-        np.copyto(hi, col, where=hi_i == j)
+    lo = _column(top, lo_of, n_valid, most)
+    hi = _column(top, hi_of, n_valid, most)
     with np.errstate(invalid="ignore"):  # -inf - -inf where a row has no sample yet
-        np.subtract(hi, lo, out=hi)
-        np.multiply(hi, frac, out=hi)
-        return np.add(lo, hi, out=out if out is not None else lo)
+        d = np.subtract(hi, lo, out=out)
+        d *= frac_of[n_valid] if int(n_valid.min()) != most else frac_of[most]
+        d += lo
+    return d
+
+
+def _column(top: np.ndarray, rank_of: np.ndarray, n_valid: np.ndarray, most: int) -> np.ndarray:
+    """``top[..., rank_of[n_valid]]`` as float64: the column the fullest windows read, then the few
+    rows whose count asks for another one (a window of 90 with a gap still reads the same ranks)."""
+    common = int(rank_of[most])
+    col = top[..., common].astype(np.float64)
+    ranks = rank_of[n_valid].reshape(-1)
+    odd = np.flatnonzero(ranks != common)
+    if len(odd):
+        flat = top.reshape(-1, top.shape[-1])
+        col.reshape(-1)[odd] = flat[odd, ranks[odd]]
+    return col
 
 
 def window_quantile(window: np.ndarray, n_valid: np.ndarray, q: float) -> np.ndarray:
