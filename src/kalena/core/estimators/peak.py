@@ -317,26 +317,22 @@ def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float, out: np.ndarray
     lo_of = np.minimum(n1 - below, k - 1).astype(np.int8)
     hi_of = np.minimum(n1 - above, k - 1).astype(np.int8)
     frac_of = pos - below
-    lo = _column(top, lo_of, n_valid, most)
-    hi = _column(top, hi_of, n_valid, most)
+    lo_c, hi_c = int(lo_of[most]), int(hi_of[most])  # the columns the fullest windows read
     with np.errstate(invalid="ignore"):  # -inf - -inf where a row has no sample yet
-        d = np.subtract(hi, lo, out=out)
+        d = np.subtract(top[..., hi_c], top[..., lo_c], dtype=np.float64, out=out)
         d *= frac_of[n_valid] if int(n_valid.min()) != most else frac_of[most]
-        d += lo
+        d += top[..., lo_c]
+        # the rows whose count reads other columns (a window still filling, most often), exactly
+        other = np.flatnonzero((lo_of != lo_c) | (hi_of != hi_c))
+        if len(other):
+            rows = np.flatnonzero(np.isin(n_valid.reshape(-1), other))
+            if len(rows):
+                n_r = n_valid.reshape(-1)[rows]
+                flat = top.reshape(-1, k)
+                lo = flat[rows, lo_of[n_r]].astype(np.float64)
+                hi = flat[rows, hi_of[n_r]].astype(np.float64)
+                d.reshape(-1)[rows] = lo + frac_of[n_r] * (hi - lo)
     return d
-
-
-def _column(top: np.ndarray, rank_of: np.ndarray, n_valid: np.ndarray, most: int) -> np.ndarray:
-    """``top[..., rank_of[n_valid]]`` as float64: the column the fullest windows read, then the few
-    rows whose count asks for another one (a window of 90 with a gap still reads the same ranks)."""
-    common = int(rank_of[most])
-    col = top[..., common].astype(np.float64)
-    ranks = rank_of[n_valid].reshape(-1)
-    odd = np.flatnonzero(ranks != common)
-    if len(odd):
-        flat = top.reshape(-1, top.shape[-1])
-        col.reshape(-1)[odd] = flat[odd, ranks[odd]]
-    return col
 
 
 def window_quantile(window: np.ndarray, n_valid: np.ndarray, q: float) -> np.ndarray:
