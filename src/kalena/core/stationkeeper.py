@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kalena.core.estimators.peak import MarginClass, PeakParams
+from kalena.core.estimators.peak import PeakParams
 from kalena.core.validate import check_fraction, check_number, fail
 
 
@@ -64,8 +64,7 @@ class StationkeeperConfig:
 
     def __post_init__(self) -> None:
         check_fraction(self, "quantile")
-        check_number(self, "min_step", lo=0.0, hi=1.0, lo_open=True)
-        for key in ("scale_up", "scale_down", "target"):
+        for key in ("min_step", "scale_up", "scale_down", "target"):
             check_number(self, key, lo=0.0, hi=1.0, lo_open=True)
         if not self.scale_down < self.target < self.scale_up:
             raise fail(
@@ -82,9 +81,7 @@ class Evidence:
 
     samples: int
     quantile: float
-    observed: (
-        float  # the quantile of the window (per replica for cpu/memory, the whole workload for replicas)
-    )
+    observed: float  # the window's quantile: per replica (cpu, memory), whole workload (replicas)
     margin: float  # the class margin (vertical) or the load the replica loop saw (horizontal)
 
 
@@ -110,7 +107,7 @@ class Workloads:
     """
 
     ids: tuple[str, ...]
-    classes: np.ndarray  # MarginClass codes
+    classes: np.ndarray  # kalena.core.estimators.MarginClass codes
     cpu_request: np.ndarray
     memory_request: np.ndarray
     replicas: np.ndarray  # int
@@ -214,7 +211,6 @@ __all__ = [
     "AdjustmentBook",
     "Evidence",
     "Knob",
-    "MarginClass",
     "Outcome",
     "StationkeeperConfig",
     "Workloads",
