@@ -14,8 +14,9 @@ fi
 # System packages: SPIN (the model checker the deployability tests and benchmark compare against),
 # a Docker engine (the Docker runtime's tests run real containers) and a statically linked busybox
 # (the root file system of the test image, since no registry is needed or reachable), and openssl
-# (the HTTP API's TLS test makes its certificate), and OpenSSH (an engine over ssh:// is tested
-# through a real sshd on loopback).
+# (the HTTP API's TLS test makes its certificate), OpenSSH (an engine over ssh:// is tested
+# through a real sshd on loopback) and PostgreSQL (the usage archive's server backend is tested
+# against a real server the tests start on a Unix socket).
 static_busybox() {
   for b in /bin/busybox /usr/bin/busybox; do
     if [ -x "$b" ] && ! ldd "$b" >/dev/null 2>&1; then return 0; fi
@@ -29,6 +30,7 @@ static_busybox || missing+=(busybox-static)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

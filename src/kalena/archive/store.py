@@ -1,0 +1,475 @@
+"""The usage archive: what each workload used and was reserved, over days, with events and causes.
+
+Three levels, each rolled from the one below by :meth:`Archive.compact` and kept for its own time
+(:class:`Retention`):
+
+* ``samples``: raw rows as the shells record them (usage and reservation on all eight
+  dimensions, throttled seconds since the last sample), kept 6 hours by default;
+* ``buckets`` at 300 s: per workload and 5 minutes, the count, mean and quantile knots of usage
+  and reservation (:mod:`kalena.core.distribution`), kept 14 days;
+* ``buckets`` at 3600 s: the 5-minute buckets of each hour merged exactly as mixtures, kept
+  400 days.
+
+``events`` (evictions, throttles, OOM kills, limit breaches, each with its cause) are kept
+400 days. A window read (:meth:`Archive.window`) uses each level where the finer one is gone.
+
+Every write is one transaction: a record is either all there or absent, and :meth:`record`
+returns only after its commit (durable: an acknowledged record survives a crash of the writer).
+A rollup and the deletion it permits are one transaction with the watermark they move, so an
+interrupted compaction leaves the archive as it was and the next one redoes it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kalena.archive.backends import ArchiveError, Backend, connect
+from kalena.core.distribution import KNOT_LEVELS, Buckets, merge, mixture_quantiles, summarise
+from kalena.core.resources import DIMS, NDIM
+from kalena.core.validate import check_number, fail
+
+SCHEMA_VERSION = 1
+LEVELS = (300.0, 3600.0)
+#: The columns of a dimension (``disk.read`` -> ``disk_read``).
+_COLS = tuple(d.replace(".", "_") for d in DIMS)
+_USAGE = tuple(f"u_{c}" for c in _COLS)
+_RES = tuple(f"r_{c}" for c in _COLS)
+_K = len(KNOT_LEVELS)
+#: A bucket width that puts every start into one slot (a window read merges each workload whole).
+_WHOLE = 1e18
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS samples (workload TEXT NOT NULL, node TEXT NOT NULL,"
+    " at DOUBLE PRECISION NOT NULL, throttled_s DOUBLE PRECISION, "
+    + ", ".join(f"{c} DOUBLE PRECISION" for c in (*_USAGE, *_RES))
+    + ")",
+    "CREATE INDEX IF NOT EXISTS samples_at ON samples(at)",
+    "CREATE INDEX IF NOT EXISTS samples_workload ON samples(workload, at)",
+    "CREATE TABLE IF NOT EXISTS buckets (level INTEGER NOT NULL, workload TEXT NOT NULL,"
+    " start DOUBLE PRECISION NOT NULL, throttled_s DOUBLE PRECISION NOT NULL, stats {blob} NOT NULL,"
+    " PRIMARY KEY (level, workload, start))",
+    "CREATE INDEX IF NOT EXISTS buckets_start ON buckets(level, start)",
+    "CREATE TABLE IF NOT EXISTS events (seq {serial}, at DOUBLE PRECISION NOT NULL, node TEXT,"
+    " workload TEXT, kind TEXT NOT NULL, cause TEXT, data TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS events_at ON events(at)",
+    "CREATE INDEX IF NOT EXISTS events_workload ON events(workload, at)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long each level is kept (seconds) and how late a sample may come and still count.
+
+    The raw samples must outlive a 5-minute bucket plus ``grace_s`` and the 5-minute buckets an
+    hour, or a rollup would find its inputs gone."""
+
+    raw_s: float = 6 * 3600.0
+    five_min_s: float = 14 * 86400.0
+    hour_s: float = 400 * 86400.0
+    events_s: float = 400 * 86400.0
+    grace_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        check_number(self, "grace_s", lo=0.0)
+        for key, floor in (("raw_s", LEVELS[0] + self.grace_s), ("five_min_s", LEVELS[1] + self.grace_s),
+                           ("hour_s", LEVELS[1]), ("events_s", 0.0)):  # fmt: skip
+            check_number(self, key, lo=0.0, allow_inf=True)
+            if getattr(self, key) < floor:
+                raise fail(self, key, getattr(self, key), f">= {floor:g} s (what the next level rolls from)")
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveEvent:
+    """Something that happened to a workload on a node: ``kind`` (eviction, throttle, oom-kill,
+    limit-breach, ...) and its ``cause`` (the core's reason code), with free ``data``."""
+
+    at: float
+    kind: str
+    node: str | None = None
+    workload: str | None = None
+    cause: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What the archive holds of W workloads over ``[since, until)``.
+
+    ``usage``/``reservation``: per workload (W,) the count, mean and knots (W, K, D) of the whole
+    window; ``throttled_s`` (W,); ``levels``: which levels the window was read from."""
+
+    workloads: tuple[str, ...]
+    since: float
+    until: float
+    usage: Buckets
+    reservation: Buckets
+    throttled_s: np.ndarray
+    levels: tuple[str, ...]
+
+    def quantiles(self, levels: Sequence[float], *, of: str = "usage") -> np.ndarray:
+        """(W, len(levels), D): the window's quantiles of usage or reservation per workload."""
+        b = self.usage if of == "usage" else self.reservation
+        w = len(self.workloads)
+        out = np.full((w, len(levels), NDIM), np.nan)
+        if len(b):
+            groups, q = mixture_quantiles(b.group, b.count, b.knots, np.asarray(levels))
+            out[groups] = q
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """What one :meth:`Archive.compact` did."""
+
+    buckets_5m: int
+    buckets_1h: int
+    deleted_samples: int
+    deleted_buckets: int
+    deleted_events: int
+
+
+def _pack(usage: Buckets, reservation: Buckets, i: int, j: int) -> bytes:
+    """One bucket's stats (usage row i, reservation row j; -1: none) as float64 bytes."""
+    out = np.full((2, 2 + _K, NDIM), np.nan)
+    for s, (b, r) in enumerate(((usage, i), (reservation, j))):
+        if r >= 0:
+            out[s, 0], out[s, 1], out[s, 2:] = b.count[r], b.mean[r], b.knots[r]
+        else:
+            out[s, 0] = 0
+    return out.astype("<f8").tobytes()
+
+
+def _unpack(blobs: Sequence[bytes]) -> np.ndarray:
+    """(B, 2, 2 + K, D) from the stats column."""
+    if not blobs:
+        return np.zeros((0, 2, 2 + _K, NDIM))
+    return np.frombuffer(b"".join(bytes(b) for b in blobs), dtype="<f8").reshape(-1, 2, 2 + _K, NDIM)
+
+
+def _of(stats: np.ndarray, s: int, group: np.ndarray, start: np.ndarray) -> Buckets:
+    count = np.nan_to_num(stats[:, s, 0]).astype(np.int64)
+    return Buckets(group, start, count, stats[:, s, 1], stats[:, s, 2:])
+
+
+def _floor(x: float, width: float) -> float:
+    """``x`` down to a multiple of ``width`` (an infinite retention's cut stays infinite)."""
+    return math.floor(x / width) * width if math.isfinite(x) else x
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+class Archive:
+    """The archive at ``where`` (an SQLite file path, or a ``postgresql://`` URL), made when
+    missing. One writer per process; several processes may write (the database serialises them)."""
+
+    def __init__(self, where: str | Path, retention: Retention | None = None) -> None:
+        self.retention = retention or Retention()
+        self.db: Backend = connect(where)
+        try:
+            self._schema()
+        except BaseException:
+            self.db.close()
+            raise
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _schema(self) -> None:
+        db = self.db
+        try:
+            with db.transaction(lock=False):
+                for stmt in _SCHEMA:
+                    db.execute(db.ddl(stmt))
+                row = db.execute("SELECT value FROM archive_meta WHERE key='schema'")
+                if not row:
+                    db.execute(
+                        "INSERT INTO archive_meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+                    )
+                elif int(row[0][0]) > SCHEMA_VERSION:
+                    raise ArchiveError(
+                        f"{db.where}: archive schema {row[0][0]} is newer than this Kalena's {SCHEMA_VERSION}"
+                    )
+        except ArchiveError:
+            raise
+        except Exception as e:  # a database that is not an archive (other tables, other columns)
+            raise ArchiveError(f"{db.where}: not a Kalena archive ({e})") from None
+
+    # -- writing ----------------------------------------------------------------------------------
+    def record(
+        self,
+        at: float,
+        node: str,
+        workloads: Sequence[str],
+        usage: np.ndarray,
+        reservation: np.ndarray | None = None,
+        throttled_s: np.ndarray | None = None,
+    ) -> int:
+        """One observation of ``workloads`` on ``node`` at ``at``: usage (n, 8), reservation (n, 8)
+        (NaN: not measured), throttled seconds since the last one (n,). Durable when it returns."""
+        n = len(workloads)
+        usage = np.asarray(usage, dtype=np.float64).reshape(n, NDIM)
+        res = np.full((n, NDIM), np.nan) if reservation is None else np.asarray(reservation, np.float64)
+        thr = np.full(n, np.nan) if throttled_s is None else np.asarray(throttled_s, np.float64)
+        if res.shape != (n, NDIM) or thr.shape != (n,):
+            raise ValueError(f"reservation must be ({n}, {NDIM}) and throttled_s ({n},)")
+        if not math.isfinite(at):
+            raise ValueError(f"at must be a finite time, got {at!r}")
+        rows = [
+            (str(w), node, float(at), _num(thr[i]), *map(_num, usage[i]), *map(_num, res[i]))
+            for i, w in enumerate(workloads)
+        ]
+        cols = ("workload", "node", "at", "throttled_s", *_USAGE, *_RES)
+        sql = f"INSERT INTO samples({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        with self.db.transaction():
+            self.db.executemany(sql, rows)
+        return n
+
+    def record_events(self, events: Sequence[ArchiveEvent]) -> int:
+        """Events, all in one transaction. Durable when it returns."""
+        rows = [
+            (float(e.at), e.node, e.workload, e.kind, e.cause, json.dumps(dict(e.data), sort_keys=True))
+            for e in events
+        ]
+        with self.db.transaction():
+            self.db.executemany(
+                "INSERT INTO events(at, node, workload, kind, cause, data) VALUES (?, ?, ?, ?, ?, ?)", rows
+            )
+        return len(rows)
+
+    # -- rollups and retention ----------------------------------------------------------------------
+    def _mark(self, key: str) -> float | None:
+        row = self.db.execute("SELECT value FROM archive_meta WHERE key=?", (key,))
+        return float(row[0][0]) if row else None
+
+    def _set_mark(self, key: str, value: float) -> None:
+        self.db.execute("DELETE FROM archive_meta WHERE key=?", (key,))
+        self.db.execute("INSERT INTO archive_meta(key, value) VALUES (?, ?)", (key, repr(float(value))))
+
+    def compact(self, now: float) -> Compacted:
+        """Roll every closed 5-minute slot and hour into buckets, then drop what retention allows
+        (never a sample or bucket not rolled up yet). One transaction; safe to interrupt or repeat."""
+        r = self.retention
+        db = self.db
+        with db.transaction():
+            n5 = self._roll_samples(now - r.grace_s)
+            n1 = self._roll_buckets()
+            done5 = self._mark("rolled_300") or -math.inf
+            done1 = self._mark("rolled_3600") or -math.inf
+            raw_cut = min(done5, _floor(now - r.raw_s, LEVELS[0]))
+            b5_cut = min(done1, _floor(now - r.five_min_s, LEVELS[1]))
+            b1_cut = now - r.hour_s
+            ds = self._count("samples", "at < ?", raw_cut)
+            db.execute("DELETE FROM samples WHERE at < ?", (raw_cut,))
+            db5 = self._count("buckets", "level = 300 AND start < ?", b5_cut)
+            db.execute("DELETE FROM buckets WHERE level = 300 AND start < ?", (b5_cut,))
+            db1 = self._count("buckets", "level = 3600 AND start < ?", b1_cut)
+            db.execute("DELETE FROM buckets WHERE level = 3600 AND start < ?", (b1_cut,))
+            de = self._count("events", "at < ?", now - r.events_s)
+            db.execute("DELETE FROM events WHERE at < ?", (now - r.events_s,))
+        return Compacted(n5, n1, ds, db5 + db1, de)
+
+    def _count(self, table: str, where: str, value: float) -> int:
+        if not math.isfinite(value):
+            return 0
+        return int(self.db.execute(f"SELECT count(*) FROM {table} WHERE {where}", (value,))[0][0])
+
+    def _roll_samples(self, closed_at: float) -> int:
+        """Raw samples of the 5-minute slots that closed before ``closed_at`` into buckets."""
+        width = LEVELS[0]
+        upto = math.floor(closed_at / width) * width
+        since = self._mark("rolled_300")
+        if since is None:
+            first = self.db.execute("SELECT min(at) FROM samples")[0][0]
+            if first is None:
+                return 0
+            since = math.floor(float(first) / width) * width
+        if upto <= since:
+            return 0
+        names, t, thr, use, res = self._samples("at >= ? AND at < ?", (since, upto))
+        n = self._write_buckets(width, names, t, thr, use, res)
+        self._set_mark("rolled_300", upto)
+        return n
+
+    def _samples(
+        self, where: str, args: Sequence[Any], workloads: Sequence[str] = ()
+    ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        cols = ", ".join(("workload", "at", "throttled_s", *_USAGE, *_RES))
+        if workloads:
+            where += f" AND workload IN ({', '.join('?' * len(workloads))})"
+            args = (*args, *workloads)
+        rows = self.db.execute(f"SELECT {cols} FROM samples WHERE {where}", args)
+        names = [str(r[0]) for r in rows]
+        data = np.array([r[1:] for r in rows], dtype=np.float64).reshape(len(rows), 2 + 2 * NDIM)
+        return names, data[:, 0], data[:, 1], data[:, 2 : 2 + NDIM], data[:, 2 + NDIM :]
+
+    def _write_buckets(
+        self, width: float, names: list[str], t: np.ndarray, thr: np.ndarray, use: np.ndarray, res: np.ndarray
+    ) -> int:
+        if not names:
+            return 0
+        ids, group = np.unique(np.asarray(names, dtype=object), return_inverse=True)
+        u = summarise(group, t, use, width)
+        v = summarise(group, t, res, width)  # the same (group, slot) keys, in the same order
+        slot = np.floor(t / width).astype(np.int64)
+        throttled = {}
+        for g, s, x in zip(group.tolist(), slot.tolist(), np.nan_to_num(thr).tolist(), strict=True):
+            throttled[(g, s)] = throttled.get((g, s), 0.0) + x
+        rows = [
+            (
+                int(width),
+                str(ids[g]),
+                float(st),
+                throttled[(int(g), round(st / width))],
+                _pack(u, v, i, i),
+            )
+            for i, (g, st) in enumerate(zip(u.group, u.start, strict=True))
+        ]
+        self.db.executemany(
+            "INSERT INTO buckets(level, workload, start, throttled_s, stats) VALUES (?, ?, ?, ?, ?)", rows
+        )
+        return len(rows)
+
+    def _buckets(
+        self, level: float, where: str, args: Sequence[Any], workloads: Sequence[str] = ()
+    ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        if workloads:
+            where += f" AND workload IN ({', '.join('?' * len(workloads))})"
+            args = (*args, *workloads)
+        rows = self.db.execute(
+            f"SELECT workload, start, throttled_s, stats FROM buckets WHERE level = ? AND {where}",
+            (int(level), *args),
+        )
+        names = [str(r[0]) for r in rows]
+        start = np.array([r[1] for r in rows], dtype=np.float64)
+        thr = np.array([r[2] for r in rows], dtype=np.float64)
+        return names, start, thr, _unpack([r[3] for r in rows])
+
+    def _roll_buckets(self) -> int:
+        """The 5-minute buckets of every hour they complete into one hourly bucket each."""
+        width = LEVELS[1]
+        done5 = self._mark("rolled_300")
+        if done5 is None:
+            return 0
+        upto = math.floor(done5 / width) * width
+        since = self._mark("rolled_3600")
+        if since is None:
+            first = self.db.execute("SELECT min(start) FROM buckets WHERE level = 300")[0][0]
+            if first is None:
+                return 0
+            since = math.floor(float(first) / width) * width
+        if upto <= since:
+            return 0
+        names, start, thr, stats = self._buckets(LEVELS[0], "start >= ? AND start < ?", (since, upto))
+        n = 0
+        if names:
+            ids, group = np.unique(np.asarray(names, dtype=object), return_inverse=True)
+            u = merge(_of(stats, 0, group, start), width)
+            v = merge(_of(stats, 1, group, start), width)
+            hour = np.floor(start / width).astype(np.int64)
+            total: dict[tuple[int, int], float] = {}
+            for g, h, x in zip(group.tolist(), hour.tolist(), thr.tolist(), strict=True):
+                total[(g, h)] = total.get((g, h), 0.0) + x
+            rows = [
+                (
+                    int(width),
+                    str(ids[g]),
+                    float(st),
+                    total[(int(g), round(st / width))],
+                    _pack(u, v, i, i),
+                )
+                for i, (g, st) in enumerate(zip(u.group, u.start, strict=True))
+            ]
+            self.db.executemany(
+                "INSERT INTO buckets(level, workload, start, throttled_s, stats) VALUES (?, ?, ?, ?, ?)", rows
+            )
+            n = len(rows)
+        self._set_mark("rolled_3600", upto)
+        return n
+
+    # -- reading ----------------------------------------------------------------------------------
+    def workloads(self) -> list[str]:
+        """Every workload the archive holds anything of, sorted."""
+        rows = self.db.execute(
+            "SELECT DISTINCT workload FROM samples UNION SELECT DISTINCT workload FROM buckets"
+        )
+        return sorted(str(r[0]) for r in rows)
+
+    def events(
+        self, since: float = -math.inf, until: float = math.inf, workloads: Sequence[str] = ()
+    ) -> list[ArchiveEvent]:
+        """Events in ``[since, until)`` (of ``workloads``, if given), oldest first."""
+        where, args = "at >= ? AND at < ?", [since, until]
+        if workloads:
+            where += f" AND workload IN ({', '.join('?' * len(workloads))})"
+            args += list(workloads)
+        rows = self.db.execute(
+            f"SELECT at, kind, node, workload, cause, data FROM events WHERE {where} ORDER BY at, seq", args
+        )
+        return [ArchiveEvent(float(a), k, n, w, c, json.loads(d)) for a, k, n, w, c, d in rows]
+
+    def window(self, workloads: Sequence[str], since: float, until: float) -> Window:
+        """The distribution of each workload over ``[since, until)``: raw samples where the
+        5-minute rollup has not reached, 5-minute buckets where it has, hourly ones where the
+        5-minute buckets are gone (each bucket whole: its start decides)."""
+        if not until > since:
+            raise ValueError(f"the window must not be empty: since {since!r}, until {until!r}")
+        names = tuple(dict.fromkeys(str(w) for w in workloads))
+        index = {w: i for i, w in enumerate(names)}
+        done5 = self._mark("rolled_300") or -math.inf
+        first5 = self.db.execute("SELECT min(start) FROM buckets WHERE level = 300")[0][0]
+        first5 = math.inf if first5 is None else float(first5)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # group, thr, u/v stats
+        levels = []
+        # the raw samples the rollup has not reached: each a bucket of its own, summarised together
+        lo = max(since, done5)
+        if until > lo:
+            n, _, thr, use, res = self._samples("at >= ? AND at < ?", (lo, until), names)
+            if n:
+                g = np.array([index[w] for w in n], dtype=np.int64)
+                u = summarise(g, np.zeros(len(g)), use, 1.0)
+                v = summarise(g, np.zeros(len(g)), res, 1.0)
+                stats = np.stack([_stack(u), _stack(v)], axis=1)
+                thr_g = np.bincount(u.group.searchsorted(g), weights=np.nan_to_num(thr), minlength=len(u))
+                parts.append((u.group, thr_g, stats, np.zeros(len(u))))
+                levels.append("raw")
+        for level, lo, hi in (
+            (LEVELS[0], max(since, first5), min(until, done5)),
+            (LEVELS[1], since, min(until, first5)),
+        ):
+            if hi > lo:
+                n, start, thr, stats = self._buckets(level, "start >= ? AND start < ?", (lo, hi), names)
+                if n:
+                    parts.append((np.array([index[w] for w in n], dtype=np.int64), thr, stats, start))
+                    levels.append(f"{int(level)}s")
+        if parts:
+            group = np.concatenate([p[0] for p in parts])
+            thr = np.concatenate([p[1] for p in parts])
+            stats = np.concatenate([p[2] for p in parts])
+        else:
+            group, thr, stats = np.zeros(0, np.int64), np.zeros(0), np.zeros((0, 2, 2 + _K, NDIM))
+        order = np.argsort(group, kind="stable")
+        group, thr, stats = group[order], thr[order], stats[order]
+        throttled = np.bincount(group, weights=np.nan_to_num(thr), minlength=len(names))
+        whole = [merge(_of(stats, s, group, np.zeros(len(group))), _WHOLE) for s in (0, 1)]
+        return Window(names, since, until, whole[0], whole[1], throttled, tuple(levels))
+
+
+def _stack(b: Buckets) -> np.ndarray:
+    """(B, 2 + K, D): one side of a bucket's stats as stored."""
+    return np.concatenate([b.count[:, None, :].astype(np.float64), b.mean[:, None, :], b.knots], axis=1)

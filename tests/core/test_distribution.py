@@ -1,0 +1,107 @@
+"""Bucket summaries and their merge (kalena.core.distribution): knots equal NumPy's quantiles of the
+raw samples, a merge keeps counts, means, min and max exactly and puts every quantile between the
+buckets' own, one bucket merges into itself; drift by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from kalena.core.distribution import KNOT_LEVELS, above_fraction, drift, merge, mixture_quantiles, summarise
+
+values_st = arrays(np.float64, st.tuples(st.integers(1, 120), st.just(3)),
+                   elements=st.one_of(st.floats(0, 1e4), st.just(np.nan)))  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(v=values_st, seed=st.integers(0, 2**31))
+def test_knots_are_numpys_quantiles_of_each_bucket(v: np.ndarray, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = len(v)
+    group = rng.integers(0, 3, n)
+    t = rng.uniform(0, 1200, n)
+    b = summarise(group, t, v, 300.0)
+    assert b.count.sum(axis=0).tolist() == (~np.isnan(v)).sum(axis=0).tolist()
+    for i in range(len(b)):
+        inside = (group == b.group[i]) & (np.floor(t / 300.0) * 300.0 == b.start[i])
+        for d in range(3):
+            x = v[inside, d]
+            x = x[~np.isnan(x)]
+            assert b.count[i, d] == len(x)
+            if len(x):
+                assert b.knots[i, :, d] == pytest.approx(np.quantile(x, KNOT_LEVELS))
+                assert b.mean[i, d] == pytest.approx(x.mean())
+            else:
+                assert np.isnan(b.knots[i, :, d]).all()
+    # sorted by group, then start
+    keys = list(zip(b.group.tolist(), b.start.tolist(), strict=True))
+    assert keys == sorted(keys)
+
+
+@settings(max_examples=150, deadline=None)
+@given(v=values_st, seed=st.integers(0, 2**31))
+def test_a_merge_keeps_counts_means_extremes_and_bounds_every_quantile(v: np.ndarray, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = len(v)
+    group = rng.integers(0, 3, n)
+    t = rng.uniform(0, 7200, n)
+    b = summarise(group, t, v, 300.0)
+    h = merge(b, 3600.0)
+    assert h.count.sum(axis=0).tolist() == b.count.sum(axis=0).tolist()
+    for i in range(len(h)):
+        mine = (b.group == h.group[i]) & (np.floor(b.start / 3600.0) * 3600.0 == h.start[i])
+        for d in range(3):
+            c = b.count[mine, d]
+            k = b.knots[mine][c > 0, :, d]
+            if len(k) == 0:
+                assert h.count[i, d] == 0 and np.isnan(h.knots[i, :, d]).all()
+                continue
+            raw = v[(group == h.group[i]) & (np.floor(t / 3600.0) * 3600.0 == h.start[i]), d]
+            raw = raw[~np.isnan(raw)]
+            assert h.mean[i, d] == pytest.approx(raw.mean())
+            assert h.knots[i, 0, d] == raw.min() and h.knots[i, -1, d] == raw.max()
+            span = 1e-6 * max(1.0, raw.max() - raw.min())
+            assert np.all(h.knots[i, :, d] >= k.min(axis=0) - span)
+            assert np.all(h.knots[i, :, d] <= k.max(axis=0) + span)
+            assert np.all(np.diff(h.knots[i, :, d]) >= -span)
+
+
+def test_one_bucket_merges_into_itself_and_identical_buckets_too() -> None:
+    rng = np.random.default_rng(3)
+    v = rng.lognormal(0, 1, (400, 2))
+    one = summarise(np.zeros(400, dtype=np.int64), np.arange(400.0), v, 1000.0)
+    assert np.allclose(merge(one, 1e6).knots, one.knots)
+    # the same bucket four times over: the mixture is that bucket
+    same = summarise(np.zeros(1600, dtype=np.int64), np.arange(1600.0), np.tile(v, (4, 1)), 400.0)
+    assert np.allclose(merge(same, 1e6).knots, np.broadcast_to(same.knots[0], (1, *same.knots.shape[1:])))
+
+
+def test_mixture_quantiles_of_two_point_masses() -> None:
+    # bucket A all 1.0 (3 samples), bucket B all 5.0 (1 sample): 75 % at 1, 25 % at 5
+    knots = np.array([[1.0] * len(KNOT_LEVELS), [5.0] * len(KNOT_LEVELS)])[:, :, None]
+    groups, q = mixture_quantiles(
+        np.array([0, 0]), np.array([[3], [1]]), knots, np.array([0.5, 0.74, 0.76, 1.0])
+    )
+    assert groups.tolist() == [0]
+    assert q[0, :, 0].tolist() == pytest.approx([1.0, 1.0, 5.0, 5.0])
+
+
+def test_above_fraction_reads_between_the_knots() -> None:
+    v = np.arange(101, dtype=np.float64)[:, None]  # 0..100: knots at 0, 25, 50, 75, 90, 95, 99, 100
+    b = summarise(np.zeros(101, dtype=np.int64), np.zeros(101), v, 1.0)
+    got = above_fraction(b.group, b.count, b.knots, np.array([[50.0]]))
+    assert got[0, 0] == pytest.approx(0.5)
+    assert above_fraction(b.group, b.count, b.knots, np.array([[100.0]]))[0, 0] == 0.0
+    assert above_fraction(b.group, b.count, b.knots, np.array([[-1.0]]))[0, 0] == 1.0
+    assert np.isnan(above_fraction(b.group, b.count, b.knots, np.array([[np.nan]]))[0, 0])
+
+
+def test_drift_by_hand() -> None:
+    req = np.array([[2.0, 4.0], [2.0, 4.0]])
+    p95 = np.array([[1.0, 4.0], [2.5, np.nan]])
+    # cpu: (1 + 0.5) / 4; ram: the second workload never seen, so 0 / 4
+    assert drift(req, p95).tolist() == pytest.approx([0.375, 0.0])
+    assert np.isnan(drift(np.zeros((1, 2)), np.zeros((1, 2)))).all()
