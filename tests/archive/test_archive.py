@@ -73,9 +73,9 @@ def test_retention_deletes_only_what_is_rolled_and_old_and_windows_read_every_le
         done = a.compact(4 * 3600.0)
         assert done.buckets_5m == 47 * 3  # the slot still open at 4 h minus the grace is not rolled
         assert done.buckets_1h == 3 * 3
-        left = a.db.execute("SELECT min(at), count(*) FROM samples")[0]
+        left = a.db.execute("SELECT min(at), count(*) FROM archive_samples")[0]
         assert float(left[0]) == 4 * 3600.0 - 600.0  # raw_s back from now, on a 5-minute boundary
-        assert a.db.execute("SELECT min(start) FROM buckets WHERE level = 300")[0][0] == 7200.0
+        assert a.db.execute("SELECT min(start) FROM archive_buckets WHERE level = 300")[0][0] == 7200.0
         assert [e.kind for e in a.events()] == ["throttle"]
         assert a.events()[0].cause == "cpu-pressure"
         # hourly + 5-minute + raw in one read, every sample counted once
@@ -94,7 +94,7 @@ def test_an_interrupted_compaction_changes_nothing(tmp_path: Path, monkeypatch: 
     path = tmp_path / "a.db"
     with Archive(path) as a:
         fill(a, 0.5)
-        before = a.db.execute("SELECT count(*) FROM samples")[0][0]
+        before = a.db.execute("SELECT count(*) FROM archive_samples")[0][0]
 
         def boom(self: Archive) -> int:
             raise RuntimeError("killed between the two rollups")
@@ -102,9 +102,9 @@ def test_an_interrupted_compaction_changes_nothing(tmp_path: Path, monkeypatch: 
         monkeypatch.setattr(Archive, "_roll_buckets", boom)
         with pytest.raises(RuntimeError):
             a.compact(7200.0)
-        assert a.db.execute("SELECT count(*) FROM buckets")[0][0] == 0
+        assert a.db.execute("SELECT count(*) FROM archive_buckets")[0][0] == 0
         assert a._mark("rolled_300") is None
-        assert a.db.execute("SELECT count(*) FROM samples")[0][0] == before
+        assert a.db.execute("SELECT count(*) FROM archive_samples")[0][0] == before
         monkeypatch.undo()
         assert a.compact(7200.0).buckets_5m == 18
 
@@ -116,7 +116,7 @@ def test_bad_input_and_foreign_databases_are_refused_by_name(tmp_path: Path) -> 
         Retention(grace_s=math.nan)
     other = tmp_path / "other.db"
     db = sqlite3.connect(other)
-    db.execute("CREATE TABLE samples (x)")
+    db.execute("CREATE TABLE archive_samples (x)")
     db.commit()
     db.close()
     with pytest.raises(ArchiveError, match="not a Kalena archive"):

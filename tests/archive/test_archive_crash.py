@@ -68,7 +68,7 @@ def test_sigkill_loses_no_acknowledged_record_and_half_writes_none(archive_url: 
         acked += got
         first = got[-1] + 2  # the record after the last acknowledged one may or may not be there
     with Archive(archive_url) as a:
-        rows = a.db.execute("SELECT at, workload, u_cpu, r_ram, throttled_s FROM samples")
+        rows = a.db.execute("SELECT at, workload, u_cpu, r_ram, throttled_s FROM archive_samples")
         by_at: dict[float, dict[str, tuple[float, float, float]]] = {}
         for at, w, u, r, thr in rows:
             by_at.setdefault(float(at), {})[str(w)] = (u, r, thr)

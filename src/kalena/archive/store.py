@@ -3,15 +3,16 @@
 Three levels, each rolled from the one below by :meth:`Archive.compact` and kept for its own time
 (:class:`Retention`):
 
-* ``samples``: raw rows as the shells record them (usage and reservation on all eight
+* ``archive_samples``: raw rows as the shells record them (usage and reservation on all eight
   dimensions, throttled seconds since the last sample), kept 6 hours by default;
-* ``buckets`` at 300 s: per workload and 5 minutes, the count, mean and quantile knots of usage
+* ``archive_buckets`` at 300 s: per workload and 5 minutes, the count, mean and quantile knots of usage
   and reservation (:mod:`kalena.core.distribution`), kept 14 days;
-* ``buckets`` at 3600 s: the 5-minute buckets of each hour merged exactly as mixtures, kept
+* ``archive_buckets`` at 3600 s: the 5-minute buckets of each hour merged exactly as mixtures, kept
   400 days.
 
-``events`` (evictions, throttles, OOM kills, limit breaches, each with its cause) are kept
+``archive_events`` (evictions, throttles, OOM kills, limit breaches, each with its cause) are kept
 400 days. A window read (:meth:`Archive.window`) uses each level where the finer one is gone.
+The tables are prefixed, so an archive can share a file with the node agent's store.
 
 Every write is one transaction: a record is either all there or absent, and :meth:`record`
 returns only after its commit (durable: an acknowledged record survives a crash of the writer).
@@ -47,20 +48,20 @@ _WHOLE = 1e18
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS samples (workload TEXT NOT NULL, node TEXT NOT NULL,"
+    "CREATE TABLE IF NOT EXISTS archive_samples (workload TEXT NOT NULL, node TEXT NOT NULL,"
     " at DOUBLE PRECISION NOT NULL, throttled_s DOUBLE PRECISION, "
     + ", ".join(f"{c} DOUBLE PRECISION" for c in (*_USAGE, *_RES))
     + ")",
-    "CREATE INDEX IF NOT EXISTS samples_at ON samples(at)",
-    "CREATE INDEX IF NOT EXISTS samples_workload ON samples(workload, at)",
-    "CREATE TABLE IF NOT EXISTS buckets (level INTEGER NOT NULL, workload TEXT NOT NULL,"
+    "CREATE INDEX IF NOT EXISTS archive_samples_at ON archive_samples(at)",
+    "CREATE INDEX IF NOT EXISTS archive_samples_workload ON archive_samples(workload, at)",
+    "CREATE TABLE IF NOT EXISTS archive_buckets (level INTEGER NOT NULL, workload TEXT NOT NULL,"
     " start DOUBLE PRECISION NOT NULL, throttled_s DOUBLE PRECISION NOT NULL, stats {blob} NOT NULL,"
     " PRIMARY KEY (level, workload, start))",
-    "CREATE INDEX IF NOT EXISTS buckets_start ON buckets(level, start)",
-    "CREATE TABLE IF NOT EXISTS events (seq {serial}, at DOUBLE PRECISION NOT NULL, node TEXT,"
+    "CREATE INDEX IF NOT EXISTS archive_buckets_start ON archive_buckets(level, start)",
+    "CREATE TABLE IF NOT EXISTS archive_events (seq {serial}, at DOUBLE PRECISION NOT NULL, node TEXT,"
     " workload TEXT, kind TEXT NOT NULL, cause TEXT, data TEXT NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS events_at ON events(at)",
-    "CREATE INDEX IF NOT EXISTS events_workload ON events(workload, at)",
+    "CREATE INDEX IF NOT EXISTS archive_events_at ON archive_events(at)",
+    "CREATE INDEX IF NOT EXISTS archive_events_workload ON archive_events(workload, at)",
 )
 
 
@@ -235,7 +236,7 @@ class Archive:
             for i, w in enumerate(workloads)
         ]
         cols = ("workload", "node", "at", "throttled_s", *_USAGE, *_RES)
-        sql = f"INSERT INTO samples({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        sql = f"INSERT INTO archive_samples({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
         with self.db.transaction():
             self.db.executemany(sql, rows)
         return n
@@ -248,7 +249,7 @@ class Archive:
         ]
         with self.db.transaction():
             self.db.executemany(
-                "INSERT INTO events(at, node, workload, kind, cause, data) VALUES (?, ?, ?, ?, ?, ?)", rows
+                "INSERT INTO archive_events(at, node, workload, kind, cause, data) VALUES (?, ?, ?, ?, ?, ?)", rows
             )
         return len(rows)
 
@@ -274,14 +275,14 @@ class Archive:
             raw_cut = min(done5, _floor(now - r.raw_s, LEVELS[0]))
             b5_cut = min(done1, _floor(now - r.five_min_s, LEVELS[1]))
             b1_cut = now - r.hour_s
-            ds = self._count("samples", "at < ?", raw_cut)
-            db.execute("DELETE FROM samples WHERE at < ?", (raw_cut,))
-            db5 = self._count("buckets", "level = 300 AND start < ?", b5_cut)
-            db.execute("DELETE FROM buckets WHERE level = 300 AND start < ?", (b5_cut,))
-            db1 = self._count("buckets", "level = 3600 AND start < ?", b1_cut)
-            db.execute("DELETE FROM buckets WHERE level = 3600 AND start < ?", (b1_cut,))
-            de = self._count("events", "at < ?", now - r.events_s)
-            db.execute("DELETE FROM events WHERE at < ?", (now - r.events_s,))
+            ds = self._count("archive_samples", "at < ?", raw_cut)
+            db.execute("DELETE FROM archive_samples WHERE at < ?", (raw_cut,))
+            db5 = self._count("archive_buckets", "level = 300 AND start < ?", b5_cut)
+            db.execute("DELETE FROM archive_buckets WHERE level = 300 AND start < ?", (b5_cut,))
+            db1 = self._count("archive_buckets", "level = 3600 AND start < ?", b1_cut)
+            db.execute("DELETE FROM archive_buckets WHERE level = 3600 AND start < ?", (b1_cut,))
+            de = self._count("archive_events", "at < ?", now - r.events_s)
+            db.execute("DELETE FROM archive_events WHERE at < ?", (now - r.events_s,))
         return Compacted(n5, n1, ds, db5 + db1, de)
 
     def _count(self, table: str, where: str, value: float) -> int:
@@ -295,7 +296,7 @@ class Archive:
         upto = math.floor(closed_at / width) * width
         since = self._mark("rolled_300")
         if since is None:
-            first = self.db.execute("SELECT min(at) FROM samples")[0][0]
+            first = self.db.execute("SELECT min(at) FROM archive_samples")[0][0]
             if first is None:
                 return 0
             since = math.floor(float(first) / width) * width
@@ -313,7 +314,7 @@ class Archive:
         if workloads:
             where += f" AND workload IN ({', '.join('?' * len(workloads))})"
             args = (*args, *workloads)
-        rows = self.db.execute(f"SELECT {cols} FROM samples WHERE {where}", args)
+        rows = self.db.execute(f"SELECT {cols} FROM archive_samples WHERE {where}", args)
         names = [str(r[0]) for r in rows]
         data = np.array([r[1:] for r in rows], dtype=np.float64).reshape(len(rows), 2 + 2 * NDIM)
         return names, data[:, 0], data[:, 1], data[:, 2 : 2 + NDIM], data[:, 2 + NDIM :]
@@ -341,7 +342,7 @@ class Archive:
             for i, (g, st) in enumerate(zip(u.group, u.start, strict=True))
         ]
         self.db.executemany(
-            "INSERT INTO buckets(level, workload, start, throttled_s, stats) VALUES (?, ?, ?, ?, ?)", rows
+            "INSERT INTO archive_buckets(level, workload, start, throttled_s, stats) VALUES (?, ?, ?, ?, ?)", rows
         )
         return len(rows)
 
@@ -352,7 +353,7 @@ class Archive:
             where += f" AND workload IN ({', '.join('?' * len(workloads))})"
             args = (*args, *workloads)
         rows = self.db.execute(
-            f"SELECT workload, start, throttled_s, stats FROM buckets WHERE level = ? AND {where}",
+            f"SELECT workload, start, throttled_s, stats FROM archive_buckets WHERE level = ? AND {where}",
             (int(level), *args),
         )
         names = [str(r[0]) for r in rows]
@@ -369,7 +370,7 @@ class Archive:
         upto = math.floor(done5 / width) * width
         since = self._mark("rolled_3600")
         if since is None:
-            first = self.db.execute("SELECT min(start) FROM buckets WHERE level = 300")[0][0]
+            first = self.db.execute("SELECT min(start) FROM archive_buckets WHERE level = 300")[0][0]
             if first is None:
                 return 0
             since = math.floor(float(first) / width) * width
@@ -396,7 +397,7 @@ class Archive:
                 for i, (g, st) in enumerate(zip(u.group, u.start, strict=True))
             ]
             self.db.executemany(
-                "INSERT INTO buckets(level, workload, start, throttled_s, stats) VALUES (?, ?, ?, ?, ?)", rows
+                "INSERT INTO archive_buckets(level, workload, start, throttled_s, stats) VALUES (?, ?, ?, ?, ?)", rows
             )
             n = len(rows)
         self._set_mark("rolled_3600", upto)
@@ -406,7 +407,7 @@ class Archive:
     def workloads(self) -> list[str]:
         """Every workload the archive holds anything of, sorted."""
         rows = self.db.execute(
-            "SELECT DISTINCT workload FROM samples UNION SELECT DISTINCT workload FROM buckets"
+            "SELECT DISTINCT workload FROM archive_samples UNION SELECT DISTINCT workload FROM archive_buckets"
         )
         return sorted(str(r[0]) for r in rows)
 
@@ -419,7 +420,7 @@ class Archive:
             where += f" AND workload IN ({', '.join('?' * len(workloads))})"
             args += list(workloads)
         rows = self.db.execute(
-            f"SELECT at, kind, node, workload, cause, data FROM events WHERE {where} ORDER BY at, seq", args
+            f"SELECT at, kind, node, workload, cause, data FROM archive_events WHERE {where} ORDER BY at, seq", args
         )
         return [ArchiveEvent(float(a), k, n, w, c, json.loads(d)) for a, k, n, w, c, d in rows]
 
@@ -432,7 +433,7 @@ class Archive:
         names = tuple(dict.fromkeys(str(w) for w in workloads))
         index = {w: i for i, w in enumerate(names)}
         done5 = self._mark("rolled_300") or -math.inf
-        first5 = self.db.execute("SELECT min(start) FROM buckets WHERE level = 300")[0][0]
+        first5 = self.db.execute("SELECT min(start) FROM archive_buckets WHERE level = 300")[0][0]
         first5 = math.inf if first5 is None else float(first5)
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # group, thr, u/v stats
         levels = []
