@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,21 +139,22 @@ class Compacted:
 
 
 def _pack(usage: Buckets, reservation: Buckets, i: int, j: int) -> bytes:
-    """One bucket's stats (usage row i, reservation row j; -1: none) as float64 bytes."""
+    """One bucket's stats (usage row i, reservation row j; -1: none) as compressed float64 bytes."""
     out = np.full((2, 2 + _K, NDIM), np.nan)
     for s, (b, r) in enumerate(((usage, i), (reservation, j))):
         if r >= 0:
             out[s, 0], out[s, 1], out[s, 2:] = b.count[r], b.mean[r], b.knots[r]
         else:
             out[s, 0] = 0
-    return out.astype("<f8").tobytes()
+    return zlib.compress(out.astype("<f8").tobytes(), 1)  # dimensions never measured are NaN runs
 
 
 def _unpack(blobs: Sequence[bytes]) -> np.ndarray:
     """(B, 2, 2 + K, D) from the stats column."""
     if not blobs:
         return np.zeros((0, 2, 2 + _K, NDIM))
-    return np.frombuffer(b"".join(bytes(b) for b in blobs), dtype="<f8").reshape(-1, 2, 2 + _K, NDIM)
+    raw = b"".join(zlib.decompress(bytes(b)) for b in blobs)
+    return np.frombuffer(raw, dtype="<f8").reshape(-1, 2, 2 + _K, NDIM)
 
 
 def _of(stats: np.ndarray, s: int, group: np.ndarray, start: np.ndarray) -> Buckets:
@@ -163,10 +165,6 @@ def _of(stats: np.ndarray, s: int, group: np.ndarray, start: np.ndarray) -> Buck
 def _floor(x: float, width: float) -> float:
     """``x`` down to a multiple of ``width`` (an infinite retention's cut stays infinite)."""
     return math.floor(x / width) * width if math.isfinite(x) else x
-
-
-def _num(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
 
 
 class Archive:
@@ -215,15 +213,19 @@ class Archive:
     def record(
         self,
         at: float,
-        node: str,
+        node: str | Sequence[str],
         workloads: Sequence[str],
         usage: np.ndarray,
         reservation: np.ndarray | None = None,
         throttled_s: np.ndarray | None = None,
     ) -> int:
-        """One observation of ``workloads`` on ``node`` at ``at``: usage (n, 8), reservation (n, 8)
-        (NaN: not measured), throttled seconds since the last one (n,). Durable when it returns."""
+        """One observation of ``workloads`` on ``node`` (one name, or one per workload) at ``at``:
+        usage (n, 8), reservation (n, 8) (NaN: not measured), throttled seconds since the last one
+        (n,). Durable when it returns."""
         n = len(workloads)
+        nodes = [node] * n if isinstance(node, str) else [str(x) for x in node]
+        if len(nodes) != n:
+            raise ValueError(f"node must be one name or {n} names, got {len(nodes)}")
         usage = np.asarray(usage, dtype=np.float64).reshape(n, NDIM)
         res = np.full((n, NDIM), np.nan) if reservation is None else np.asarray(reservation, np.float64)
         thr = np.full(n, np.nan) if throttled_s is None else np.asarray(throttled_s, np.float64)
@@ -231,9 +233,11 @@ class Archive:
             raise ValueError(f"reservation must be ({n}, {NDIM}) and throttled_s ({n},)")
         if not math.isfinite(at):
             raise ValueError(f"at must be a finite time, got {at!r}")
+        vals = np.concatenate([thr[:, None], usage, res], axis=1)
+        cells = vals.astype(object)
+        cells[~np.isfinite(vals)] = None  # not measured: SQL NULL
         rows = [
-            (str(w), node, float(at), _num(thr[i]), *map(_num, usage[i]), *map(_num, res[i]))
-            for i, w in enumerate(workloads)
+            (str(w), nd, float(at), *r) for w, nd, r in zip(workloads, nodes, cells.tolist(), strict=True)
         ]
         cols = ("workload", "node", "at", "throttled_s", *_USAGE, *_RES)
         sql = f"INSERT INTO archive_samples({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
@@ -249,7 +253,8 @@ class Archive:
         ]
         with self.db.transaction():
             self.db.executemany(
-                "INSERT INTO archive_events(at, node, workload, kind, cause, data) VALUES (?, ?, ?, ?, ?, ?)", rows
+                "INSERT INTO archive_events(at, node, workload, kind, cause, data) VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
             )
         return len(rows)
 
@@ -322,27 +327,30 @@ class Archive:
     def _write_buckets(
         self, width: float, names: list[str], t: np.ndarray, thr: np.ndarray, use: np.ndarray, res: np.ndarray
     ) -> int:
+        """Raw samples summarised into buckets of ``width``."""
         if not names:
             return 0
         ids, group = np.unique(np.asarray(names, dtype=object), return_inverse=True)
-        u = summarise(group, t, use, width)
-        v = summarise(group, t, res, width)  # the same (group, slot) keys, in the same order
+        u, v = summarise(group, t, use, width), summarise(group, t, res, width)  # same keys, same order
+        return self._insert(width, ids, group, t, thr, u, v)
+
+    def _insert(
+        self, width: float, ids: np.ndarray, group: np.ndarray, t: np.ndarray, thr: np.ndarray,
+        u: Buckets, v: Buckets,
+    ) -> int:  # fmt: skip
+        """Buckets ``u``/``v`` (usage, reservation) of ``width`` for workloads ``ids``, with the
+        throttled seconds of the inputs (``group``, time ``t``, seconds ``thr``) each one covers."""
         slot = np.floor(t / width).astype(np.int64)
-        throttled = {}
+        throttled: dict[tuple[int, int], float] = {}
         for g, s, x in zip(group.tolist(), slot.tolist(), np.nan_to_num(thr).tolist(), strict=True):
             throttled[(g, s)] = throttled.get((g, s), 0.0) + x
         rows = [
-            (
-                int(width),
-                str(ids[g]),
-                float(st),
-                throttled[(int(g), round(st / width))],
-                _pack(u, v, i, i),
-            )
+            (int(width), str(ids[g]), float(st), throttled[(int(g), round(st / width))], _pack(u, v, i, i))
             for i, (g, st) in enumerate(zip(u.group, u.start, strict=True))
         ]
         self.db.executemany(
-            "INSERT INTO archive_buckets(level, workload, start, throttled_s, stats) VALUES (?, ?, ?, ?, ?)", rows
+            "INSERT INTO archive_buckets(level, workload, start, throttled_s, stats) VALUES (?, ?, ?, ?, ?)",
+            rows,
         )
         return len(rows)
 
@@ -382,24 +390,7 @@ class Archive:
             ids, group = np.unique(np.asarray(names, dtype=object), return_inverse=True)
             u = merge(_of(stats, 0, group, start), width)
             v = merge(_of(stats, 1, group, start), width)
-            hour = np.floor(start / width).astype(np.int64)
-            total: dict[tuple[int, int], float] = {}
-            for g, h, x in zip(group.tolist(), hour.tolist(), thr.tolist(), strict=True):
-                total[(g, h)] = total.get((g, h), 0.0) + x
-            rows = [
-                (
-                    int(width),
-                    str(ids[g]),
-                    float(st),
-                    total[(int(g), round(st / width))],
-                    _pack(u, v, i, i),
-                )
-                for i, (g, st) in enumerate(zip(u.group, u.start, strict=True))
-            ]
-            self.db.executemany(
-                "INSERT INTO archive_buckets(level, workload, start, throttled_s, stats) VALUES (?, ?, ?, ?, ?)", rows
-            )
-            n = len(rows)
+            n = self._insert(width, ids, group, start, thr, u, v)
         self._set_mark("rolled_3600", upto)
         return n
 
@@ -407,9 +398,20 @@ class Archive:
     def workloads(self) -> list[str]:
         """Every workload the archive holds anything of, sorted."""
         rows = self.db.execute(
-            "SELECT DISTINCT workload FROM archive_samples UNION SELECT DISTINCT workload FROM archive_buckets"
+            "SELECT DISTINCT workload FROM archive_samples"
+            " UNION SELECT DISTINCT workload FROM archive_buckets"
         )
         return sorted(str(r[0]) for r in rows)
+
+    def span(self) -> tuple[float, float] | None:
+        """The first and last time the archive holds anything of (None: empty): the last sample's
+        time, or where no raw sample is left, the end of the newest bucket."""
+        lo, hi = self.db.execute("SELECT min(at), max(at) FROM archive_samples")[0]
+        b = self.db.execute("SELECT min(start), max(start + level) FROM archive_buckets")[0]
+        los = [float(x) for x in (lo, b[0]) if x is not None]
+        if not los:
+            return None
+        return min(los), float(hi) if hi is not None else float(b[1])
 
     def events(
         self, since: float = -math.inf, until: float = math.inf, workloads: Sequence[str] = ()
@@ -420,7 +422,9 @@ class Archive:
             where += f" AND workload IN ({', '.join('?' * len(workloads))})"
             args += list(workloads)
         rows = self.db.execute(
-            f"SELECT at, kind, node, workload, cause, data FROM archive_events WHERE {where} ORDER BY at, seq", args
+            f"SELECT at, kind, node, workload, cause, data FROM archive_events WHERE {where}"
+            " ORDER BY at, seq",
+            args,
         )
         return [ArchiveEvent(float(a), k, n, w, c, json.loads(d)) for a, k, n, w, c, d in rows]
 

@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "job": ("kalena.cli.jobs", "job_app"),
     "docker": ("kalena.cli.docker", "app"),
     "k8s": ("kalena.cli.k8s", "app"),
+    "archive": ("kalena.cli.archive", "app"),
 }
 
 

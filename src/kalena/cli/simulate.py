@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kalena.archive import Archive, ArchiveError
 from kalena.core.cluster import Cluster
 from kalena.core.config import ESTIMATORS, PolicyConfig
 from kalena.core.resources import CPU, DIMS, NDIM, RAM
@@ -133,12 +134,18 @@ def _cluster(infra: Path | None, workloads: Path | None, blueprint: Path | None)
 
 
 def _run(
-    cluster: Cluster, config: SimConfig, label: str, show: bool, why: list[str] | None = None
+    cluster: Cluster,
+    config: SimConfig,
+    label: str,
+    show: bool,
+    why: list[str] | None = None,
+    archive: Archive | None = None,
 ) -> Simulation:
     try:
         sim = Simulation(cluster, config)
     except ValueError as e:  # a blueprint the ledger refuses (e.g. it overfills a node)
         raise _fail([f"cannot simulate this cluster: {e}"]) from None
+    sim.archive = archive
     unknown = [t for t in why or [] if task_index(sim, t) is None]
     if unknown:  # said before the run, not after it
         some = ", ".join(spec.id for spec in sim.tasks.specs[:3])
@@ -338,6 +345,14 @@ def simulate(
         float,
         typer.Option(help="The batch load offered, as a multiple of the fitted one (> 0).", callback=_load),
     ] = 1.0,
+    archive: Annotated[
+        str | None,
+        typer.Option(
+            metavar="WHERE",
+            help="Record every pod's usage, reservation and events each simulated minute into this usage "
+            "archive (an SQLite file or a postgresql:// URL), as a node agent would.",
+        ),
+    ] = None,
 ) -> None:
     """Replay a day on the cluster through the real policy core (default: 24 h on bundled Irina)."""
     arm_options = (("--compare", compare), ("--no-reclaim", no_reclaim), ("--baseline", baseline))
@@ -360,7 +375,17 @@ def simulate(
         policy=policy,
     )
     show = not as_json
-    sim = _run(cluster, base, ARM_LABELS[base.arm], show, why)
+    try:
+        sink = Archive(archive) if archive is not None else None
+    except ArchiveError as e:
+        raise _fail([f"--archive: {e}"]) from None
+    try:
+        sim = _run(cluster, base, ARM_LABELS[base.arm], show, why, sink)
+        if sink is not None:  # every closed 5-minute slot and hour rolled up, as a daemon would have
+            sink.compact(sim.now + sink.retention.grace_s + 3600.0)  # as `kalena archive compact`
+    finally:
+        if sink is not None:
+            sink.close()
     report = build_report(sim)
     if why:
         report["why"] = {t: task_story(sim, task_index(sim, t)) for t in why}  # type: ignore[arg-type]

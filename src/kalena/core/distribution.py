@@ -230,3 +230,12 @@ def drift(requests: np.ndarray, p95_reservation: np.ndarray) -> np.ndarray:
     num = np.where(seen, np.abs(req - res), 0.0).sum(axis=0)
     den = np.where(seen, req, 0.0).sum(axis=0)
     return np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 0)
+
+
+def regroup(buckets: Buckets, group: np.ndarray) -> Buckets:
+    """The same buckets under new group keys (``group`` (B,): e.g. each pod's declaration),
+    sorted by them, so a merge pools the members of each new group."""
+    group = np.asarray(group, dtype=np.int64)
+    order = np.argsort(group, kind="stable")
+    b = buckets
+    return Buckets(group[order], b.start[order], b.count[order], b.mean[order], b.knots[order])

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kalena.archive import Archive, ArchiveEvent
 from kalena.core.cluster import Cluster
 from kalena.core.config import make_estimator
 from kalena.core.controller import (
@@ -167,6 +168,10 @@ class Simulation:
         self.tick_no = 0
         self.wall_seconds = 0.0
         self._brows: np.ndarray | None = None
+        #: where each minute's usage, reservations and the events go (``kalena simulate --archive``)
+        self.archive: Archive | None = None
+        self._archived_events: list[ArchiveEvent] = []
+        self._throttled_seen = np.zeros(0, dtype=np.int64)
         self._init_production(p)
 
     # rows -----------------------------------------------------------------------------------------
@@ -299,10 +304,40 @@ class Simulation:
             self._place(now)
         if k % cfg.every(60.0) == 0:
             self.shell.sample_reservations()
+            if self.archive is not None:
+                self._archive_sample(now)
         if k % cfg.every(300.0) == 0:
             self.shell.update_volatility()
         self._check(now)
         self._account(k, dt, unmet, capped)
+
+    def _archive_sample(self, now: float) -> None:
+        """Every live pod's usage, reservation and throttled seconds since the last sample, and the
+        events since then, into the archive (one transaction each)."""
+        assert self.archive is not None
+        led, t = self.ledger, self.table
+        rs = led.row_arrays()
+        live = rs.live_rows()
+        total = t.throttled_total[: rs.high]
+        seen = np.zeros(rs.high, dtype=np.int64)
+        seen[: min(rs.high, len(self._throttled_seen))] = self._throttled_seen[: rs.high]
+        # a reused row restarts its count at 0: its first interval counts from there
+        thr = np.where(total >= seen, total - seen, total)[live] * 1e-6
+        self._throttled_seen = total.copy()
+        names = np.asarray(led.node_names, dtype=object)[rs.node[live]]
+        self.archive.record(
+            now, names.tolist(), rs.ids[live].tolist(), t.usage[live], rs.reservation[live], thr
+        )
+        if self._archived_events:
+            self.archive.record_events(self._archived_events)
+            self._archived_events = []
+
+    def _archive_event(self, now: float, kind: str, row: int, node: int, cause: str) -> None:
+        if self.archive is not None:
+            rs = self.ledger.row_arrays()
+            self._archived_events.append(
+                ArchiveEvent(now, kind, self.ledger.node_names[node], str(rs.ids[row]), cause)
+            )
 
     # 1-3 ------------------------------------------------------------------------------------------
     def _arrivals(self, now: float) -> None:
@@ -552,6 +587,7 @@ class Simulation:
             m.counts["stale_evictions"] += 1
             return
         m.evictions[victim.cause.value] += 1
+        self._archive_event(now, "eviction", row, n, victim.cause.value)
         if row < self.n_prod:  # service: only through the override; placement and request stay
             m.counts["production_evictions"] += 1
             if not victim.limit_breach_override:
@@ -590,6 +626,7 @@ class Simulation:
 
     def _kernel_kill(self, row: int, n: int, now: float) -> None:
         led, m = self.ledger, self.metrics
+        self._archive_event(now, "oom-kill", row, n, "kernel-oom")
         if row < self.n_prod:
             m.counts["production_oom_kills"] += 1
             self.prod.restart(np.array([row]))

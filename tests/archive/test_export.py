@@ -1,0 +1,193 @@
+"""``kalena archive export`` (issue 15 item 2): observed blocks that Kalena's own IR reader reads
+back unchanged, with figures checked against NumPy on the recorded samples; the report's drift,
+re-plan recommendation, bursts, evictions and limit breaches; the simulator's archive exported
+for Irina; bad input named, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from kalena.archive import Archive, ArchiveEvent
+from kalena.cli.main import app
+from kalena.ir.document import WorkloadsDoc
+from kalena.ir.load import parse_document, read_document
+from kalena.ir.write import dump_workloads
+
+WORKLOADS = """\
+apiVersion: kuberina.io/v1
+kind: Workloads
+namespaces:
+  shop:
+    - name: api
+      replicas: 1
+      requests: {cpu: 2, ram: 4}
+    - name: db
+      replicas: 2
+      requests: {cpu: 1, ram: 8}
+    - name: idle
+      replicas: 1
+      requests: {cpu: 1}
+"""
+
+
+def _record(where: str, hours: float = 1.0) -> np.ndarray:
+    """api uses 0..100 % of 2 cpu in even steps (so its knots are exact); db's two replicas use
+    0.5 cpu and reserve 2 (a request of 1: drift); idle is never seen. Returns api's cpu."""
+    with Archive(where) as a:
+        api = []
+        for k in range(int(hours * 360)):
+            cpu = 2.0 * (k % 101) / 100.0
+            api.append(cpu)
+            use = np.full((3, 8), np.nan)
+            res = np.full((3, 8), np.nan)
+            use[0, :2], res[0, :2] = (cpu, 1.0), (2.0, 4.0)
+            use[1:, :2], res[1:, :2] = (0.5, 8.0), (2.0, 8.0)
+            a.record(k * 10.0, "n1", ["shop/api-0", "shop/db-0000", "shop/db-0001"], use, res)
+        a.record_events([
+            ArchiveEvent(100.0, "eviction", "n1", "shop/db-0001", "memory-pressure"),
+            ArchiveEvent(200.0, "limit-breach", "n1", "shop/api-0", "limit-breach"),
+        ])  # fmt: skip
+    return np.array(api)
+
+
+def test_export_writes_observed_blocks_that_read_back_unchanged(tmp_path: Path) -> None:
+    where = str(tmp_path / "archive.db")
+    api = _record(where)
+    (tmp_path / "w.yaml").write_text(WORKLOADS)
+    out = tmp_path / "plan" / "observed.yaml"
+    r = CliRunner().invoke(
+        app,
+        ["archive", "export", "--archive", where, "--workloads", str(tmp_path / "w.yaml"), "--out", str(out)],
+    )
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    doc = read_document(out)
+    assert isinstance(doc, WorkloadsDoc) and not doc.legacy
+    assert dump_workloads(doc) == text  # the closed-schema reader takes it as written
+    by = {d.name: d for d in doc.declarations}
+    o = by["api"].observed
+    assert o is not None
+    assert o.window == "1970-01-01T00:00:00Z/1970-01-01T00:59:51Z"
+    q = np.quantile(api, [0.5, 0.95, 0.99, 1.0])
+    assert o.p50 is not None and o.p95 is not None and o.p99 is not None and o.peak is not None
+    got = [o.p50["cpu"], o.p95["cpu"], o.p99["cpu"], o.peak["cpu"]]
+    assert got == pytest.approx(q, rel=1e-5)
+    assert set(o.p50) == {"cpu", "ram"}  # requested or used, never the dimensions nobody asked for
+    assert o.exceeded_request_fraction == 0.0  # 2 cpu is its peak, never above
+    db = by["db"].observed
+    assert db is not None and db.p95 == {"cpu": 0.5, "ram": 8.0}
+    assert by["idle"].observed is None
+    report = json.loads((tmp_path / "plan" / "observed.report.json").read_text())
+    # drift, per pod: cpu (|2-2| + 2 * |1-2|) / (2 + 1 + 1); ram (|4-4| + 0 + 0) / 20; idle unseen
+    assert report["drift"]["cpu"] == pytest.approx(2 / 4)
+    assert report["drift"]["ram"] == pytest.approx(0.0)
+    assert report["replan_recommended"] is True and "cpu" in report["recommendation"]
+    wl = report["workloads"]
+    assert wl["shop/db"]["evictions"] == {"memory-pressure": 1}
+    assert wl["shop/api"]["exceeded_limit_events"] == 1
+    assert wl["shop/db"]["reservation_p95"] == {"cpu": 2.0, "ram": 8.0}
+    assert wl["shop/api"]["samples"] == 360
+    assert report["nodes"] == {"n1": {"evictions": 1}}
+    # a higher threshold: drift reported, no re-plan asked for
+    r = CliRunner().invoke(
+        app,
+        ["archive", "export", "--archive", where, "--workloads", str(tmp_path / "w.yaml"), "--out", str(out),
+         "--drift-threshold", "0.6"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "plan" / "observed.report.json").read_text())
+    assert report["replan_recommended"] is False and report["recommendation"] is None
+
+
+def test_the_simulators_archive_exports_for_irina(tmp_path: Path) -> None:
+    where = str(tmp_path / "sim.db")
+    r = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--hours",
+            "0.25",
+            "--no-plots",
+            "--json",
+            "--archive",
+            where,
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    with Archive(where) as a:
+        assert len(a.workloads()) > 2714  # every production pod and the batch pods that ran
+        assert a.window(["ai/llm-inference-0000"], 0.0, 901.0).usage.count[0, 0] == 15  # each minute
+    from kalena.data import irina_paths
+
+    out = tmp_path / "observed.yaml"
+    r = CliRunner().invoke(
+        app,
+        [
+            "archive",
+            "export",
+            "--archive",
+            where,
+            "--workloads",
+            str(irina_paths().workloads),
+            "--out",
+            str(out),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    doc = parse_document(out.read_text())
+    assert isinstance(doc, WorkloadsDoc) and not doc.legacy  # the legacy document comes back as v1
+    observed = [d for d in doc.declarations if d.observed is not None]
+    assert len(observed) == len(doc.declarations)
+    for d in observed[:50]:
+        assert d.observed is not None and d.observed.p50 is not None and d.observed.peak is not None
+        assert d.observed.p50["cpu"] <= d.observed.peak["cpu"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--archive", "{tmp}/none.db"], "none.db: no such archive"),
+        (["--window", "7x"], "--window: '7x' is not a duration"),
+        (["--drift-threshold", "-1"], "--drift-threshold: must be a number > 0"),
+        (["--workloads", "{tmp}/bad.yaml"], "bad.yaml"),
+        (["--until", "-100000"], "is before the archive's first sample"),
+    ],
+)
+def test_bad_input_is_named_and_nothing_is_written(tmp_path: Path, args: list[str], message: str) -> None:
+    where = str(tmp_path / "archive.db")
+    _record(where, hours=0.1)
+    (tmp_path / "w.yaml").write_text(WORKLOADS)
+    (tmp_path / "bad.yaml").write_text(WORKLOADS.replace("replicas: 2", "replicas: -2"))
+    base = {"--archive": where, "--workloads": str(tmp_path / "w.yaml"), "--out": str(tmp_path / "o.yaml")}
+    for k, v in zip(args[::2], args[1::2], strict=True):
+        base[k] = v.format(tmp=tmp_path)
+    r = CliRunner().invoke(app, ["archive", "export", *[x for kv in base.items() for x in kv]])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "o.yaml").exists()
+
+
+def test_compact_from_the_command_line_and_a_bad_archive_for_simulate(tmp_path: Path) -> None:
+    where = str(tmp_path / "archive.db")
+    _record(where, hours=0.5)
+    r = CliRunner().invoke(app, ["archive", "compact", "--archive", where])
+    assert r.exit_code == 0, r.output
+    assert "rolled 18 5-minute and 3 hourly" in r.output  # 3 pods x 6 slots, in one hour
+    assert "deleted 0 samples" in r.output  # ages count from the newest sample: 30 min, all kept
+    r = CliRunner().invoke(app, ["archive", "compact", "--archive", str(tmp_path / "nothing.db")])
+    assert r.exit_code == 2 and "no such archive" in r.output
+    (tmp_path / "not.db").write_text("words, not a database " * 100)
+    r = CliRunner().invoke(
+        app,
+        ["simulate", "--hours", "0.1", "--archive", str(tmp_path / "not.db"), "--out", str(tmp_path / "o")],
+    )
+    assert r.exit_code == 2 and "--archive" in r.output and "not.db" in r.output
+    assert "Traceback" not in r.output
