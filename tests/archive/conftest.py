@@ -9,12 +9,15 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # archive_testlib, crash_writer
 
 
 def _bin(name: str) -> str | None:

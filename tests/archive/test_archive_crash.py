@@ -15,12 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from crash_writer import STEP_S, WORKLOADS, values
 
 from kalena.archive import Archive
 
 WRITER = Path(__file__).with_name("crash_writer.py")
-sys.path.insert(0, str(WRITER.parent))
-from crash_writer import STEP_S, WORKLOADS, values  # noqa: E402
 
 TRIALS = 20
 

@@ -10,54 +10,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from archive_testlib import WORKLOADS, record
 from typer.testing import CliRunner
 
-from kalena.archive import Archive, ArchiveEvent
+from kalena.archive import Archive
 from kalena.cli.main import app
 from kalena.ir.document import WorkloadsDoc
 from kalena.ir.load import parse_document, read_document
 from kalena.ir.write import dump_workloads
 
-WORKLOADS = """\
-apiVersion: kuberina.io/v1
-kind: Workloads
-namespaces:
-  shop:
-    - name: api
-      replicas: 1
-      requests: {cpu: 2, ram: 4}
-    - name: db
-      replicas: 2
-      requests: {cpu: 1, ram: 8}
-    - name: idle
-      replicas: 1
-      requests: {cpu: 1}
-"""
-
-
-def _record(where: str, hours: float = 1.0) -> np.ndarray:
-    """api uses 0..100 % of 2 cpu in even steps (so its knots are exact); db's two replicas use
-    0.5 cpu and reserve 2 (a request of 1: drift); idle is never seen. Returns api's cpu."""
-    with Archive(where) as a:
-        api = []
-        for k in range(int(hours * 360)):
-            cpu = 2.0 * (k % 101) / 100.0
-            api.append(cpu)
-            use = np.full((3, 8), np.nan)
-            res = np.full((3, 8), np.nan)
-            use[0, :2], res[0, :2] = (cpu, 1.0), (2.0, 4.0)
-            use[1:, :2], res[1:, :2] = (0.5, 8.0), (2.0, 8.0)
-            a.record(k * 10.0, "n1", ["shop/api-0", "shop/db-0000", "shop/db-0001"], use, res)
-        a.record_events([
-            ArchiveEvent(100.0, "eviction", "n1", "shop/db-0001", "memory-pressure"),
-            ArchiveEvent(200.0, "limit-breach", "n1", "shop/api-0", "limit-breach"),
-        ])  # fmt: skip
-    return np.array(api)
-
 
 def test_export_writes_observed_blocks_that_read_back_unchanged(tmp_path: Path) -> None:
     where = str(tmp_path / "archive.db")
-    api = _record(where)
+    api = record(where)
     (tmp_path / "w.yaml").write_text(WORKLOADS)
     out = tmp_path / "plan" / "observed.yaml"
     r = CliRunner().invoke(
@@ -162,7 +127,7 @@ def test_the_simulators_archive_exports_for_irina(tmp_path: Path) -> None:
 )
 def test_bad_input_is_named_and_nothing_is_written(tmp_path: Path, args: list[str], message: str) -> None:
     where = str(tmp_path / "archive.db")
-    _record(where, hours=0.1)
+    record(where, hours=0.1)
     (tmp_path / "w.yaml").write_text(WORKLOADS)
     (tmp_path / "bad.yaml").write_text(WORKLOADS.replace("replicas: 2", "replicas: -2"))
     base = {"--archive": where, "--workloads": str(tmp_path / "w.yaml"), "--out": str(tmp_path / "o.yaml")}
@@ -177,7 +142,7 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path: Path, args: list[st
 
 def test_compact_from_the_command_line_and_a_bad_archive_for_simulate(tmp_path: Path) -> None:
     where = str(tmp_path / "archive.db")
-    _record(where, hours=0.5)
+    record(where, hours=0.5)
     r = CliRunner().invoke(app, ["archive", "compact", "--archive", where])
     assert r.exit_code == 0, r.output
     assert "rolled 18 5-minute and 3 hourly" in r.output  # 3 pods x 6 slots, in one hour

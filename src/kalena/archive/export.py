@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kalena.archive.store import Archive
+from kalena.archive.store import Archive, Window
 from kalena.core.distribution import above_fraction, drift, mixture_quantiles, regroup
 from kalena.core.resources import DIMS, NDIM
 from kalena.ir.document import ObservedDoc, WorkloadsDoc
@@ -50,6 +50,29 @@ def _dims(row: np.ndarray, keep: np.ndarray | None = None) -> dict[str, float]:
     return {DIMS[d]: float(f"{row[d]:.6g}") for d in np.flatnonzero(use)}
 
 
+def plan_pods(
+    doc: WorkloadsDoc, recorded_as: Mapping[str, str] | None = None
+) -> tuple[list[str], np.ndarray]:
+    """Every pod of ``doc`` under the id the archive has it by (``recorded_as``: where that differs
+    from its v1 name), and the index of its declaration."""
+    alias = recorded_as or {}
+    pods = [(alias.get(pid, pid), i) for i, d in enumerate(doc.declarations) for pid in d.pod_ids()]
+    return [p for p, _ in pods], np.array([i for _, i in pods], dtype=np.int64)
+
+
+def pooled_quantiles(
+    w: Window, decl_of_pod: np.ndarray, levels: np.ndarray, of: str = "usage"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per declaration seen: its replicas' samples pooled (a mixture of their distributions).
+    Returns the declarations (G,), their quantiles (G, len(levels), D) and sample counts (G, D)."""
+    b = w.usage if of == "usage" else w.reservation
+    pooled = regroup(b, decl_of_pod[b.group])
+    seen, q = mixture_quantiles(pooled.group, pooled.count, pooled.knots, levels)
+    counts = np.zeros((len(seen), NDIM), dtype=np.int64)
+    np.add.at(counts, np.searchsorted(seen, pooled.group), pooled.count)
+    return seen, q, counts
+
+
 def export_observed(
     archive: Archive,
     doc: WorkloadsDoc,
@@ -62,10 +85,7 @@ def export_observed(
 
     ``recorded_as``: the id a pod of ``doc`` has in the archive where it differs (a legacy
     document converted to v1 renames its single pods; the shells recorded the old names)."""
-    alias = recorded_as or {}
-    pods = [(alias.get(pid, pid), i) for i, d in enumerate(doc.declarations) for pid in d.pod_ids()]
-    ids = [p for p, _ in pods]
-    decl_of_pod = np.array([i for _, i in pods], dtype=np.int64)
+    ids, decl_of_pod = plan_pods(doc, recorded_as)
     n_decl = len(doc.declarations)
     w = archive.window(ids, since, until)
     requests = np.array([[d.requests.get(k, np.nan) for k in DIMS] for d in doc.declarations]).reshape(
@@ -73,15 +93,12 @@ def export_observed(
     )
     out: dict[str, dict[str, Any]] = {}
     decls = list(doc.declarations)
-    use = regroup(w.usage, decl_of_pod[w.usage.group])  # each declaration's replicas pooled
-    seen, q = mixture_quantiles(use.group, use.count, use.knots, LEVELS)
+    seen, q, counts = pooled_quantiles(w, decl_of_pod, LEVELS)
     if len(seen):
+        use = regroup(w.usage, decl_of_pod[w.usage.group])
         over = above_fraction(use.group, use.count, use.knots, requests[seen])
-        res = regroup(w.reservation, decl_of_pod[w.reservation.group])
-        res_seen, rq = mixture_quantiles(res.group, res.count, res.knots, LEVELS[:3])
+        res_seen, rq, _ = pooled_quantiles(w, decl_of_pod, LEVELS[:3], of="reservation")
         rq_by = dict(zip(res_seen.tolist(), rq, strict=True))
-        counts = np.zeros((n_decl, NDIM), dtype=np.int64)
-        np.add.at(counts, decl_of_pod[w.usage.group], w.usage.count)
         for j, i in enumerate(seen.tolist()):
             requested = np.isfinite(requests[i]) & (requests[i] > 0) & np.isfinite(over[j])
             frac = float(over[j][requested].max()) if requested.any() else 0.0
@@ -99,7 +116,7 @@ def export_observed(
             )
             r = rq_by.get(i)
             out[decls[i].full_name] = {
-                "samples": int(counts[i].max()),
+                "samples": int(counts[j].max()),
                 "reservation_p50": _dims(r[0], keep) if r is not None else {},
                 "reservation_p95": _dims(r[1], keep) if r is not None else {},
                 "reservation_p99": _dims(r[2], keep) if r is not None else {},
@@ -115,7 +132,7 @@ def export_observed(
         e.workload for e in events if e.kind == "limit-breach" or (e.cause or "").startswith("limit")
     )
     per_node = Counter(e.node for e in events if e.kind == "eviction" and e.node)
-    name_of = {p: decls[i].full_name for p, i in pods}
+    name_of = {p: decls[i].full_name for p, i in zip(ids, decl_of_pod.tolist(), strict=True)}
     for (pod, cause), n in evictions.items():
         entry = out.setdefault(name_of[str(pod)], {})
         entry.setdefault("evictions", {})[cause] = entry.get("evictions", {}).get(cause, 0) + n

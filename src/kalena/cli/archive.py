@@ -35,7 +35,7 @@ _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw])\s*$")
 
 def _fail(lines: list[str]) -> typer.Exit:
     for line in lines:
-        typer.echo(f"kalena archive: {line}", err=True)
+        typer.echo(line, err=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -47,7 +47,37 @@ def duration_s(text: str, option: str) -> float:
     return float(m[1]) * _UNITS[m[2]]
 
 
-def _open(where: str) -> Archive:
+def load_plan(workloads: Path) -> tuple[WorkloadsDoc, dict[str, str]]:
+    """The Workloads document as IR v1, and the archive id of each pod whose v1 name differs (a
+    legacy document's single pods are renamed by the conversion; the shells recorded the old)."""
+    try:
+        doc = read_document(workloads, expect="Workloads")
+    except IRError as e:
+        raise _fail([p.render() for p in e.problems]) from None
+    assert isinstance(doc, WorkloadsDoc)
+    if not doc.legacy:
+        return doc, {}
+    conv = to_v1(workloads=doc)
+    assert conv.workloads is not None
+    return conv.workloads, {new: old for old, new in conv.renames.items()}
+
+
+def window_of(a: Archive, where: str, span_s: float, until: float | None) -> tuple[float, float]:
+    """``[start, end)``: ``span_s`` back from ``until`` (default: one second past the last sample,
+    so it counts), never before the archive's first sample."""
+    held = a.span()
+    if held is None:
+        raise _fail([f"--archive: {where}: holds no samples yet"])
+    end = held[1] + 1.0 if until is None else until
+    if not math.isfinite(end):
+        raise _fail([f"--until: must be a finite time (value: {until!r})"])
+    start = max(end - span_s, held[0])  # the window says what it covers, not what was asked
+    if not end > start:
+        raise _fail([f"--until: {end:g} is before the archive's first sample ({held[0]:g})"])
+    return start, end
+
+
+def open_archive(where: str) -> Archive:
     if "://" not in where and not Path(where).exists():
         raise _fail([f"--archive: {where}: no such archive"])
     try:
@@ -85,26 +115,9 @@ def export(
     span_s = duration_s(window, "--window")
     if not (math.isfinite(drift_threshold) and drift_threshold > 0):
         raise _fail([f"--drift-threshold: must be a number > 0 (value: {drift_threshold!r})"])
-    try:
-        doc = read_document(workloads, expect="Workloads")
-    except IRError as e:
-        raise _fail([p.render() for p in e.problems]) from None
-    assert isinstance(doc, WorkloadsDoc)
-    recorded_as: dict[str, str] = {}
-    if doc.legacy:  # the shells recorded the legacy pod names; the export is v1
-        conv = to_v1(workloads=doc)
-        assert conv.workloads is not None
-        doc, recorded_as = conv.workloads, {new: old for old, new in conv.renames.items()}
-    with _open(archive) as a:
-        held = a.span()
-        if held is None:
-            raise _fail([f"--archive: {archive}: holds no samples yet"])
-        end = held[1] + 1.0 if until is None else until  # one second past the last sample: it counts
-        if not math.isfinite(end):
-            raise _fail([f"--until: must be a finite time (value: {until!r})"])
-        start = max(end - span_s, held[0])  # the window says what it covers, not what was asked
-        if not end > start:
-            raise _fail([f"--until: {end:g} is before the archive's first sample ({held[0]:g})"])
+    doc, recorded_as = load_plan(workloads)
+    with open_archive(archive) as a:
+        start, end = window_of(a, archive, span_s, until)
         ex = export_observed(a, doc, start, end, drift_threshold, recorded_as)
     report_path = report if report is not None else out.with_name(out.stem + ".report.json")
     try:
@@ -134,7 +147,7 @@ def compact(archive: ArchiveOpt) -> None:
     """Roll up every 5-minute slot and hour and drop what retention allows, ages counted from the
     archive's newest sample (a daemon does this on its own; this is for an archive nobody writes
     any more, such as a simulator's, whose times start at 0)."""
-    with _open(archive) as a:
+    with open_archive(archive) as a:
         held = a.span()
         # past the newest sample by the grace and an hour: every slot it has is closed
         done = a.compact(held[1] + a.retention.grace_s + 3600.0 if held else 0.0)

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kalena.cli.screen import table_console
 from kalena.cli.simulate import EXIT_BAD_INPUT, EXIT_INVARIANT, _check_out, _fail, _policy
 from kalena.ir.write import write_files_atomic
 from kalena.sim.calibration import (
@@ -229,8 +230,7 @@ def calibrate(
         raise _fail(
             [f"{out}: cannot write the calibration: {e.strerror or e}; nothing was written"]
         ) from None
-    screen = Console(highlight=False)
-    screen = screen if screen.is_terminal else Console(highlight=False, width=160)
+    screen = table_console()
     table = Table(
         title=f"Calibration: {len(settings)} settings x {seeds} seeds x {hours:g} h ({elapsed:.0f} s)"
     )

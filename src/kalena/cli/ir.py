@@ -12,10 +12,10 @@ from typing import Annotated
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kalena.cli.screen import table_console
 from kalena.core.cluster import Cluster
 from kalena.core.resources import DIMS
 from kalena.data import irina_paths
@@ -34,12 +34,6 @@ app = typer.Typer(
 
 EXIT_BAD_INPUT = 2
 _UNITS = {"cpu": "cpu", "ram": "GiB ram", "gpu": "gpu", "storage": "GiB storage"}
-
-
-def _console() -> Console:
-    # Wide when piped so that each summary stays on one line for scripts and tests.
-    con = Console(highlight=False)
-    return con if con.is_terminal else Console(highlight=False, width=160)
 
 
 def _fail(problems: tuple[Problem, ...] | list[Problem]) -> typer.Exit:
@@ -127,7 +121,7 @@ def validate(
         raise _fail(e.problems) from None
     if problems:
         raise _fail(problems)
-    con = _console()
+    con = table_console()
     table = Table(title="Kuberina IR documents", title_justify="left")
     for col in ("file", "kind", "shape", "contents"):
         table.add_column(col)
@@ -182,7 +176,7 @@ def convert(
     """Write each document as IR v1 into OUT, renaming pods only where v1 cannot keep the name."""
     if to != "v1":
         raise _fail([Problem("kalena ir convert", "--to", "only v1 is a conversion target", to)])
-    con = _console()
+    con = table_console()
     try:
         docs = read_documents(files)
         docset = DocumentSet.of(docs)

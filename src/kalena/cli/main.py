@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "docker": ("kalena.cli.docker", "app"),
     "k8s": ("kalena.cli.k8s", "app"),
     "archive": ("kalena.cli.archive", "app"),
+    "recommend": ("kalena.cli.recommend", "recommend"),
 }
 
 

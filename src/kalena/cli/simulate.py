@@ -25,6 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kalena.archive import Archive, ArchiveError
+from kalena.cli.screen import table_console
 from kalena.core.cluster import Cluster
 from kalena.core.config import ESTIMATORS, PolicyConfig
 from kalena.core.resources import CPU, DIMS, NDIM, RAM
@@ -408,8 +409,7 @@ def simulate(
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
-        console = Console(highlight=False)
-        console = console if console.is_terminal else Console(highlight=False, width=160)
+        console = table_console()
         console.print(_table(arms))
         console.print("wrote " + ", ".join(str(p) for p in written))
         console.print(_headline(report))
