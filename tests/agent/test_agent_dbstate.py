@@ -10,6 +10,7 @@ SIGKILL would leave it, and a new one is made from the same store.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -21,13 +22,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_agent_loop import Harness, LiveReader
 
-from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
+from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions, _series_rows
 from kalena.agent.declaration import parse_declaration
 from kalena.agent.loop import Agent
 from kalena.agent.notify import Notifier
 from kalena.agent.runtime import ProcessRuntime
 from kalena.agent.writer import CgroupWriter, ManagedScope
+from kalena.archive import Archive
 from kalena.core.lifecycle import TaskState
+from kalena.core.resources import CPU, DIMS
 from kalena.store import Store, StoreConflict
 
 SLEEP = ["sleep", "60"]
@@ -127,8 +130,10 @@ def test_jobs_come_from_the_store_and_every_step_is_saved_with_the_state(dbharne
     assert taken == [(a, "accepted"), (b, "accepted")]
     kinds = [e.kind for e in h.db.events(job="a")] + [e.kind for e in h.db.events(workloads=["batch/a.1"])]
     assert "submit" in kinds and "admit" in kinds
-    h.step(10.0)  # an estimate: the series of the residents
-    assert h.db.series("prod/web") and h.db.series("batch/a.1")
+    h.step(10.0)  # an estimate: the residents' usage and reservations, into the usage archive
+    with Archive(h.db.path) as a:
+        w = a.window(["prod/web", "batch/a.1"], 0.0, h.clock.t + 1.0)
+        assert (w.reservation.count[:, CPU] > 0).all()  # this fake host measures no usage: only them
 
 
 def test_cancel_ends_a_pending_and_a_running_job_and_kills_the_run(dbharness):
@@ -215,7 +220,7 @@ def test_a_save_that_fails_half_way_leaves_the_previous_state_and_no_step(dbharn
     def broken(*a, **kw):
         raise Crash
 
-    monkeypatch.setattr("kalena.agent.dbstate.insert_series", broken)  # the last write of a save
+    monkeypatch.setattr("kalena.agent.dbstate._series_rows", broken)  # the last write of a save
     h.agent.state.jobs["a"].priority = 7  # a change to save
     h.agent.store.record_series(h.clock.t, {"batch/a.1": {"cpu": 0.1}}, {})
     with pytest.raises(Crash):
@@ -224,6 +229,40 @@ def test_a_save_that_fails_half_way_leaves_the_previous_state_and_no_step(dbharn
     monkeypatch.undo()
     h.agent.store.save(h.agent.state)
     assert '"priority":7' in h.db.load_state("n1")[1]
+
+
+def test_an_estimate_becomes_archive_samples_with_what_was_not_finite_left_null(tmp_path):
+    res = [1.0, 2.0, math.nan, 4.0, None, 6.0, math.inf, 8.0]
+    assert len(res) == len(DIMS)
+    rows = _series_rows(
+        "node-a",
+        20.0,
+        {
+            "batch/j.1": ({"cpu": 0.25, "ram": 3.0, "disk.read": math.inf}, res),
+            "prod/web": ({"cpu": 9.0}, None),
+        },
+    )
+    by = {r[0]: r for r in rows}
+    assert by["batch/j.1"][:4] == ("batch/j.1", "node-a", 20.0, None)  # no throttled time from the agent
+    usage, reservation = by["batch/j.1"][4:12], by["batch/j.1"][12:]
+    assert usage == (0.25, 3.0, None, None, None, None, None, None)
+    assert reservation == (1.0, 2.0, None, 4.0, None, 6.0, None, 8.0)
+    assert by["prod/web"][4:] == (9.0, *[None] * 15)
+
+
+def test_evictions_throttles_and_caps_of_the_action_log_reach_the_archive(tmp_path):
+    db = Store(tmp_path / "kalena.db")
+    saver = DbStateStore(db, "n1")
+    log = DbActionLog(db, "n1", saver)
+    log.append("evict", 5.0, sync=True, id="e1", workload="batch/a.1", cause="memory-pressure")
+    log.append("throttle", 6.0, why={"workload": "batch/b.1", "cause": "cpu-pressure", "quota_cores": 0.5})
+    log.append("admit", 7.0, job="c", workload="batch/c.1")  # not an archive event
+    with Archive(db.path) as a:
+        got = [(e.at, e.kind, e.node, e.workload, e.cause) for e in a.events()]
+    assert got == [
+        (5.0, "eviction", "n1", "batch/a.1", "memory-pressure"),
+        (6.0, "throttle", "n1", "batch/b.1", "cpu-pressure"),
+    ]
 
 
 # -- the property: no acknowledged record is lost, no step is lost or written twice -----------------

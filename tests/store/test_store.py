@@ -5,7 +5,6 @@ series and events tables."""
 from __future__ import annotations
 
 import contextlib
-import math
 import sqlite3
 import threading
 import time
@@ -15,9 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kalena.core.resources import DIMS
 from kalena.store import Store, StoreConflict, StoreError
-from kalena.store.db import SCHEMA_VERSION, insert_event, insert_series
+from kalena.store.db import SCHEMA_VERSION, insert_event
 
 SPEC = {"image": "x", "command": ["sleep", "5"], "requests": {"cpu": 0.5}, "priority": 2}
 
@@ -294,44 +292,7 @@ def test_a_failed_transaction_leaves_nothing(store):
     assert untaken_names(store) == ["a"]
 
 
-# -- series and events --------------------------------------------------------------------------------
-
-
-def test_series_round_trip_leaves_out_what_was_not_finite(store):
-    res = [1.0, 2.0, math.nan, 4.0, None, 6.0, math.inf, 8.0]
-    assert len(res) == len(DIMS)
-    with store.transaction() as db:
-        insert_series(db, "node-a", 20.0, {"batch/j.1": ({"cpu": 0.25, "ram": 3.0}, res)})
-        insert_series(
-            db,
-            "node-a",
-            10.0,
-            {
-                "batch/j.1": ({"cpu": 0.5, "ram": math.nan, "disk.read": math.inf}, None),
-                "prod/web": ({"cpu": 9.0}, None),
-            },
-        )
-    got = store.series("batch/j.1")
-    assert got == [
-        (10.0, {"cpu": 0.5}, {}),  # oldest first; NaN and inf usage left out
-        (
-            20.0,
-            {"cpu": 0.25, "ram": 3.0},
-            {"cpu": 1.0, "ram": 2.0, "storage": 4.0, "disk.write": 6.0, "network.out": 8.0},
-        ),
-    ]
-    assert store.series("prod/web") == [(10.0, {"cpu": 9.0}, {})]
-    assert store.series("nope") == []
-    row = store.db.execute(
-        "SELECT usage_ram, usage_disk_read, reservation_gpu, reservation_network_in FROM series"
-        " WHERE workload='batch/j.1' AND at=? ",
-        (10.0,),
-    ).fetchone()
-    assert row == (None, None, None, None)
-    row = store.db.execute(
-        "SELECT reservation_gpu, reservation_network_in FROM series WHERE at=20.0"
-    ).fetchone()
-    assert row == (None, None)  # stored as NULL
+# -- events --------------------------------------------------------------------------------
 
 
 def test_events_pull_out_job_and_workload_and_filter(store):
@@ -435,3 +396,14 @@ def test_a_version_1_store_gains_the_nodes_table_and_keeps_its_rows(tmp_path):
         assert [p.job for p in store.untaken()[0]] == ["a"]
         assert store.nodes() == {}
         assert store.db.execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+def test_a_file_that_holds_only_a_usage_archive_becomes_a_store_too(tmp_path):
+    from kalena.archive import Archive
+
+    path = tmp_path / "kalena.db"
+    Archive(path).close()  # e.g. kalena simulate --archive wrote it first
+    with Store(path) as s:
+        assert s.jobs() == []
+    with Archive(path) as a:
+        assert a.span() is None

@@ -4,27 +4,41 @@ one SQLite database, each save one transaction.
 * :class:`DbStateStore` is the agent's state store: a save writes, in one transaction, the
   state (the JSON of the file store, so a restart reads exactly what it saved), every job's row
   in ``jobs``, the lifecycle steps made since the last save, the submissions and cancel requests
-  the state now holds (taken), and the usage and reservation series of the last estimate. A
-  crash at any instant leaves all of it or none: a step is never written without the state that
-  made it, nor the state without its steps.
+  the state now holds (taken), and the usage and reservation of the last estimate as samples
+  of the usage archive (:mod:`kalena.archive`, whose tables share the store's file; the agent
+  rolls it up every 5 minutes). A crash at any instant leaves all of it or none: a step is never
+  written without the state that made it, nor the state without its steps.
 * :class:`DbSubmissions` is the agent's submission source over the store's queue (what
   ``kalena submit`` and ``kalena job cancel`` write).
-* :class:`DbActionLog` writes the action log into ``events`` (a record appended with ``sync``
+* :class:`DbActionLog` writes the action log into ``events``, evictions, throttles and caps also
+  into the archive's events, in the same transaction (a record appended with ``sync``
   durably, the others as the file log: surviving a crash of the process; one appended
   ``with_save`` in the state store's next save, with the state change it tells of).
 """
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from kalena.agent.actionlog import ActionLog
 from kalena.agent.runtime import Intake, SubmissionError, parse_submission
 from kalena.agent.state import AgentState, JobRecord, state_bytes, state_of_bytes
+from kalena.archive import Archive, ArchiveEvent
+from kalena.archive.store import EVENTS_SQL, SAMPLES_SQL, event_row, sample_rows
 from kalena.core.lifecycle import TaskState
-from kalena.store.db import Store, insert_event, insert_series, json_text
+from kalena.core.resources import DIMS
+from kalena.store.db import Store, insert_event, json_text
+
+#: How often (clock seconds) the agent rolls up and trims the usage archive in its store's file.
+COMPACT_EVERY_S = 300.0
+#: Action-log kinds the usage archive keeps, under its own names (seed 000 Appendix C: evictions
+#: with their cause; throttles and caps for throttled time).
+ARCHIVED_KINDS = {"evict": "eviction", "sigkill": "eviction-sigkill", "throttle": "throttle", "cap": "cap"}
 
 
 def runs_of(job: JobRecord, states: list[TaskState]) -> list[int]:
@@ -56,6 +70,9 @@ class DbStateStore:
         self._node: str | None = None
         self._events: list[tuple[str | None, dict[str, Any]]] = []  # (node, record)
         self.last_node: dict[str, Any] | None = None
+        # the usage archive's tables in the store's own file: samples go in with each save
+        self.archive = Archive(store.path)
+        self._compacted = -float("inf")
 
     def load(self, now: float | None = None) -> AgentState | None:
         got = self.store.load_state(self.node)
@@ -140,9 +157,10 @@ class DbStateStore:
             for table, seq, outcome in self._taken:
                 db.execute(f"UPDATE {table} SET taken_at=?, outcome=? WHERE seq=?", (now, outcome, seq))
             for at, series in self._series:
-                insert_series(db, state.node, at, series)
+                db.executemany(SAMPLES_SQL, _series_rows(state.node, at, series))
             for node, rec in self._events:
                 insert_event(db, node, rec)
+                archive_event(db, node, rec)
             if self._node is not None:
                 db.execute(
                     "INSERT OR REPLACE INTO nodes(node, at, status) VALUES (?, ?, ?)",
@@ -156,7 +174,36 @@ class DbStateStore:
         self._node = None
         self._last = text
         self.writes += 1
+        if now - self._compacted >= COMPACT_EVERY_S:  # its own transaction, after the save's
+            self.archive.compact(now)
+            self._compacted = now
         return True
+
+
+def _series_rows(
+    node: str, at: float, series: Mapping[str, tuple[Mapping[str, float], list[float] | None]]
+) -> list[tuple[Any, ...]]:
+    """One estimate's usage (by dimension name) and reservations (DIMS order) as archive samples."""
+    ids = list(series)
+    usage = np.array([[series[w][0].get(d, np.nan) for d in DIMS] for w in ids], dtype=np.float64)
+    res = np.array(
+        [series[w][1] if series[w][1] is not None else [np.nan] * len(DIMS) for w in ids], dtype=np.float64
+    )
+    return sample_rows(at, node, ids, usage.reshape(len(ids), len(DIMS)), res.reshape(len(ids), len(DIMS)))
+
+
+def archive_event(db: sqlite3.Connection, node: str | None, rec: Mapping[str, Any]) -> None:
+    """An action-log record the usage archive keeps (:data:`ARCHIVED_KINDS`), as its event."""
+    kind = ARCHIVED_KINDS.get(str(rec.get("kind")))
+    if kind is None:
+        return
+    why = rec.get("why") if isinstance(rec.get("why"), Mapping) else {}
+    workload = rec.get("workload") or why.get("workload")  # type: ignore[union-attr]
+    cause = rec.get("cause") or why.get("cause")  # type: ignore[union-attr]
+    data = {k: v for k, v in rec.items() if k not in ("time", "kind")}
+    event = ArchiveEvent(float(rec["time"]), kind, node, workload if isinstance(workload, str) else None,
+                         cause if isinstance(cause, str) else None, data)  # fmt: skip
+    db.execute(EVENTS_SQL, event_row(event))
 
 
 def _job_row(state: AgentState, job: JobRecord) -> tuple[Any, ...]:
@@ -228,6 +275,7 @@ class DbActionLog(ActionLog):
             return rec
         with self.store.transaction(durable=sync) as db:
             insert_event(db, self.node, rec)
+            archive_event(db, self.node, rec)
         return rec
 
     def has_eviction(self, eviction_id: str) -> bool:

@@ -127,6 +127,53 @@ class Window:
         return out
 
 
+#: The insert of one sample row (``?`` placeholders; a backend rewrites them).
+SAMPLES_SQL = (
+    f"INSERT INTO archive_samples({', '.join(('workload', 'node', 'at', 'throttled_s', *_USAGE, *_RES))})"
+    f" VALUES ({', '.join('?' * (4 + 2 * NDIM))})"
+)
+EVENTS_SQL = "INSERT INTO archive_events(at, node, workload, kind, cause, data) VALUES (?, ?, ?, ?, ?, ?)"
+
+
+def sample_rows(
+    at: float,
+    node: str | Sequence[str],
+    workloads: Sequence[str],
+    usage: np.ndarray,
+    reservation: np.ndarray | None = None,
+    throttled_s: np.ndarray | None = None,
+) -> list[tuple[Any, ...]]:
+    """The rows of :data:`SAMPLES_SQL` for one observation (:meth:`Archive.record`), checked. A
+    shell that keeps its own SQLite transaction (the node agent's store) inserts them in it."""
+    n = len(workloads)
+    nodes = [node] * n if isinstance(node, str) else [str(x) for x in node]
+    if len(nodes) != n:
+        raise ValueError(f"node must be one name or {n} names, got {len(nodes)}")
+    usage = np.asarray(usage, dtype=np.float64).reshape(n, NDIM)
+    res = np.full((n, NDIM), np.nan) if reservation is None else np.asarray(reservation, np.float64)
+    thr = np.full(n, np.nan) if throttled_s is None else np.asarray(throttled_s, np.float64)
+    if res.shape != (n, NDIM) or thr.shape != (n,):
+        raise ValueError(f"reservation must be ({n}, {NDIM}) and throttled_s ({n},)")
+    if not math.isfinite(at):
+        raise ValueError(f"at must be a finite time, got {at!r}")
+    vals = np.concatenate([thr[:, None], usage, res], axis=1)
+    cells = vals.astype(object)
+    cells[~np.isfinite(vals)] = None  # not measured: SQL NULL
+    return [(str(w), nd, float(at), *r) for w, nd, r in zip(workloads, nodes, cells.tolist(), strict=True)]
+
+
+def event_row(e: ArchiveEvent) -> tuple[Any, ...]:
+    """The row of :data:`EVENTS_SQL` for one event."""
+    return (
+        float(e.at),
+        e.node,
+        e.workload,
+        e.kind,
+        e.cause,
+        json.dumps(dict(e.data), sort_keys=True, default=str),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Compacted:
     """What one :meth:`Archive.compact` did."""
@@ -222,41 +269,16 @@ class Archive:
         """One observation of ``workloads`` on ``node`` (one name, or one per workload) at ``at``:
         usage (n, 8), reservation (n, 8) (NaN: not measured), throttled seconds since the last one
         (n,). Durable when it returns."""
-        n = len(workloads)
-        nodes = [node] * n if isinstance(node, str) else [str(x) for x in node]
-        if len(nodes) != n:
-            raise ValueError(f"node must be one name or {n} names, got {len(nodes)}")
-        usage = np.asarray(usage, dtype=np.float64).reshape(n, NDIM)
-        res = np.full((n, NDIM), np.nan) if reservation is None else np.asarray(reservation, np.float64)
-        thr = np.full(n, np.nan) if throttled_s is None else np.asarray(throttled_s, np.float64)
-        if res.shape != (n, NDIM) or thr.shape != (n,):
-            raise ValueError(f"reservation must be ({n}, {NDIM}) and throttled_s ({n},)")
-        if not math.isfinite(at):
-            raise ValueError(f"at must be a finite time, got {at!r}")
-        vals = np.concatenate([thr[:, None], usage, res], axis=1)
-        cells = vals.astype(object)
-        cells[~np.isfinite(vals)] = None  # not measured: SQL NULL
-        rows = [
-            (str(w), nd, float(at), *r) for w, nd, r in zip(workloads, nodes, cells.tolist(), strict=True)
-        ]
-        cols = ("workload", "node", "at", "throttled_s", *_USAGE, *_RES)
-        sql = f"INSERT INTO archive_samples({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        rows = sample_rows(at, node, workloads, usage, reservation, throttled_s)
         with self.db.transaction():
-            self.db.executemany(sql, rows)
-        return n
+            self.db.executemany(SAMPLES_SQL, rows)
+        return len(rows)
 
     def record_events(self, events: Sequence[ArchiveEvent]) -> int:
         """Events, all in one transaction. Durable when it returns."""
-        rows = [
-            (float(e.at), e.node, e.workload, e.kind, e.cause, json.dumps(dict(e.data), sort_keys=True))
-            for e in events
-        ]
         with self.db.transaction():
-            self.db.executemany(
-                "INSERT INTO archive_events(at, node, workload, kind, cause, data) VALUES (?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-        return len(rows)
+            self.db.executemany(EVENTS_SQL, [event_row(e) for e in events])
+        return len(events)
 
     # -- rollups and retention ----------------------------------------------------------------------
     def _mark(self, key: str) -> float | None:

@@ -1,5 +1,6 @@
 """Kalena's embedded store (SQLite, WAL): the queue, the jobs' lifecycle histories, the agent's
-events and the usage and reservation series. See :mod:`kalena.store.db`."""
+events (the usage archive keeps its tables in the same file: :mod:`kalena.archive`). See
+:mod:`kalena.store.db`."""
 
 from kalena.store.db import (
     ENDED,

@@ -13,7 +13,8 @@ What lives here (tables):
   submission and the step's index, written with the state that made it.
 * ``events``: the agent's action log (evictions, throttles, admissions, pending reasons, ...),
   one row per record, with the job and workload it is about.
-* ``series``: per-workload usage and reservation, one row per workload and estimate.
+* ``series``: no longer written (schema versions up to 3 had the agent's usage series here; the
+  usage archive, :mod:`kalena.archive`, keeps them now, in ``archive_*`` tables of the same file).
 * ``work``: a cluster daemon's: what each host's agent is to be told next (jobs placed there,
   cancels), rewritten at every tick of the daemon (:mod:`kalena.docker.cluster`).
 * ``nodes``: each node's latest slack view (capacity, sum of limits, sum of reservations, usage)
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -258,7 +258,10 @@ class Store:
             raise StoreError(
                 f"{self.path}: schema version {version} is newer than this Kalena's {SCHEMA_VERSION}"
             )
-        tables = self.db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
+        tables = self.db.execute(  # the usage archive's tables may come first (kalena.archive)
+            "SELECT count(*) FROM sqlite_master WHERE type='table'"
+            " AND name NOT LIKE 'archive~_%' ESCAPE '~' AND name NOT LIKE 'sqlite~_%' ESCAPE '~'"
+        ).fetchone()[0]
         if version == 0 and tables:
             raise StoreError(f"{self.path}: an SQLite database, but not a Kalena store")
         return version
@@ -469,44 +472,11 @@ class Store:
             for s, a, k, n, j, w, d in self.db.execute(sql + " ORDER BY seq", args)
         ]
 
-    def series(self, workload: str) -> list[tuple[float, dict[str, float], dict[str, float]]]:
-        """(time, usage, reservation) of ``workload``, oldest first (dimensions never measured left out)."""
-        cols = ", ".join([*(f"usage_{c}" for c in DIM_COLUMNS), *(f"reservation_{c}" for c in DIM_COLUMNS)])
-        out = []
-        sql = f"SELECT at, {cols} FROM series WHERE workload=? ORDER BY at"
-        for row in self.db.execute(sql, (workload,)):
-            n = len(DIMS)
-            use = {d: v for d, v in zip(DIMS, row[1 : 1 + n], strict=True) if v is not None}
-            res = {d: v for d, v in zip(DIMS, row[1 + n :], strict=True) if v is not None}
-            out.append((float(row[0]), use, res))
-        return out
-
 
 def _job_row(r: Sequence[Any]) -> JobRow:
     r = list(r)
     r[7], r[8] = json.loads(r[7]), json.loads(r[8])
     return JobRow(*r)
-
-
-def insert_series(
-    db: sqlite3.Connection,
-    node: str,
-    at: float,
-    rows: Mapping[str, tuple[Mapping[str, float], Sequence[float] | None]],
-) -> None:
-    """One ``series`` row per workload: its usage (by dimension name) and reservation (DIMS order)."""
-    cols = ["node", "workload", "at", *(f"usage_{c}" for c in DIM_COLUMNS)]
-    cols += [f"reservation_{c}" for c in DIM_COLUMNS]
-    sql = f"INSERT INTO series({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
-
-    def num(x: Any) -> float | None:
-        return None if x is None or not math.isfinite(float(x)) else float(x)
-
-    data = []
-    for wid, (usage, reservation) in rows.items():
-        res = list(reservation) if reservation is not None else [None] * len(DIMS)
-        data.append((node, wid, at, *(num(usage.get(d)) for d in DIMS), *(num(x) for x in res[: len(DIMS)])))
-    db.executemany(sql, data)
 
 
 def insert_event(db: sqlite3.Connection, node: str | None, rec: Mapping[str, Any]) -> None:
