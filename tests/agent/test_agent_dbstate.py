@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_agent_loop import Harness, LiveReader
 
-from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions, _series_rows
+from kalena.agent.archiving import series_rows
+from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
 from kalena.agent.declaration import parse_declaration
 from kalena.agent.loop import Agent
 from kalena.agent.notify import Notifier
@@ -220,7 +221,7 @@ def test_a_save_that_fails_half_way_leaves_the_previous_state_and_no_step(dbharn
     def broken(*a, **kw):
         raise Crash
 
-    monkeypatch.setattr("kalena.agent.dbstate._series_rows", broken)  # the last write of a save
+    monkeypatch.setattr("kalena.agent.dbstate.series_rows", broken)  # the last write of a save
     h.agent.state.jobs["a"].priority = 7  # a change to save
     h.agent.store.record_series(h.clock.t, {"batch/a.1": {"cpu": 0.1}}, {})
     with pytest.raises(Crash):
@@ -234,7 +235,7 @@ def test_a_save_that_fails_half_way_leaves_the_previous_state_and_no_step(dbharn
 def test_an_estimate_becomes_archive_samples_with_what_was_not_finite_left_null(tmp_path):
     res = [1.0, 2.0, math.nan, 4.0, None, 6.0, math.inf, 8.0]
     assert len(res) == len(DIMS)
-    rows = _series_rows(
+    rows = series_rows(
         "node-a",
         20.0,
         {

@@ -42,6 +42,7 @@ from rbac_testlib import account
 from kalena.agent.config import AgentConfig
 from kalena.agent.layout import CgroupLayout, LayoutError, detect
 from kalena.agent.writer import Knob
+from kalena.archive import Archive
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import TaskState
@@ -244,8 +245,9 @@ def start_agent(
     user, groups = grants.enter_context(account(cp, rendered, f"{ns}-kalena", ns))
     as_agent = kclient.CoreV1Api(cp.api_client_for(user, groups))
     agent, pods = build_k8s_agent(
-        as_agent, HOST, tmp_path, config=config, kubelet_root=kubelet.root, layout=kubelet.layout
-    )
+        as_agent, HOST, tmp_path, config=config, kubelet_root=kubelet.root, layout=kubelet.layout,
+        archive=tmp_path / "archive.db",
+    )  # fmt: skip
     stop = threading.Event()
     pods.start(stop)
     agent.start()
@@ -318,6 +320,12 @@ def test_the_daemonset_agent_throttles_batch_and_evicts_it_through_the_eviction_
             x for x in agent.log.memory if x["kind"] == "throttle" and x["why"]["workload"] == spin_id
         ]
         assert throttles and throttles[-1]["why"]["quota_cores"] < q0
+        # the usage archive has both pods' samples and the throttle, with this node's name
+        with Archive(tmp_path / "archive.db") as arch:
+            seen = arch.window([spin_id, web_id], 0.0, time.time() + 60)
+            assert (seen.usage.count[:, 0] > 0).all() and (seen.reservation.count[:, 0] > 0).all()
+            kinds = {(e.kind, e.node) for e in arch.events(workloads=[spin_id])}
+            assert ("throttle", HOST) in kinds
 
         # the reservation report is published for Kalena's scheduler: both pods, by namespace/name
         custom = kclient.CustomObjectsApi(cp.client)

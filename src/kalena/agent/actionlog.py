@@ -16,12 +16,15 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kalena.core.enforcement import EvictionPlan, ThrottleDecision, ThrottlePlan, Victim
 from kalena.core.messages.specs import reason_out
 from kalena.core.messages.wire import number_out
 from kalena.core.verdict import Reason
+
+if TYPE_CHECKING:
+    from kalena.agent.archiving import ArchiveTap
 
 
 def reason_json(r: Reason) -> dict[str, Any]:
@@ -110,8 +113,9 @@ def why_throttled(d: ThrottleDecision, plan: ThrottlePlan | None) -> dict[str, A
 class ActionLog:
     """Append-only JSON lines at ``path`` (``None``: keep in memory only, for tests)."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, tap: ArchiveTap | None = None) -> None:
         self.path = path
+        self.tap = tap  # evictions, throttles and caps also go to a usage archive
         self.memory: list[dict[str, Any]] = []
         self._f = None
         if path is not None:
@@ -136,6 +140,8 @@ class ActionLog:
             self._f.flush()
             if sync:
                 os.fsync(self._f.fileno())
+        if self.tap is not None:
+            self.tap.event(rec)
         return rec
 
     def close(self) -> None:

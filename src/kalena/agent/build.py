@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kalena.agent.actionlog import ActionLog
+from kalena.agent.archiving import ArchiveTap
 from kalena.agent.cadvisor import CadvisorClient, CadvisorTelemetry
 from kalena.agent.cgroupfs import FsCgroupReader
 from kalena.agent.config import AgentConfig
@@ -39,6 +40,7 @@ from kalena.agent.runtime import ProcessRuntime
 from kalena.agent.state import StateStore
 from kalena.agent.telemetry import CgroupfsTelemetry, TelemetrySource
 from kalena.agent.writer import CgroupWriter, ManagedScope, WriteRecord
+from kalena.archive import Archive
 from kalena.store import Store
 
 
@@ -94,6 +96,7 @@ def build_agent(
     declarations: DeclarationSource | None = None,
     node_memory: Callable[[], tuple[float | None, float | None]] | None = None,
     store_path: Path | None = None,
+    archive_path: str | Path | None = None,
     wrap_submissions: Callable[[SubmissionSource | None, ActionLog], SubmissionSource | None] | None = None,
     wrap_telemetry: Callable[[TelemetrySource, ActionLog], TelemetrySource] | None = None,
     placed: PlacedSource | None = None,
@@ -105,7 +108,8 @@ def build_agent(
     other than the process runtime passes its own ``tree``, ``writer``, ``runtime``,
     ``declarations`` and ``node_memory`` (the Docker runtime: :mod:`kalena.docker.agent`); an
     enforce-only agent (``config.admit = False``) its ``placed`` batch and, where evicting is the
-    cluster's, its ``disruptor`` (Kubernetes: :mod:`kalena.k8s.agent`).
+    cluster's, its ``disruptor`` (Kubernetes: :mod:`kalena.k8s.agent`). The usage archive goes
+    into the store's file when there is a store, else to ``archive_path`` when given.
     """
     config = config or AgentConfig()
     tree = tree or cgroup_tree(cgroup_root, layout)
@@ -117,9 +121,10 @@ def build_agent(
         saver = DbStateStore(db, declaration.node.name, clock)
         store, submissions = saver, DbSubmissions(saver)
         log: ActionLog = DbActionLog(db, declaration.node.name, saver)
-    else:
-        store = StateStore(state_dir / "state.json")
-        log = ActionLog(state_dir / "actions.jsonl")
+    else:  # the state file; the usage archive, if asked for, in a file (or server) of its own
+        tap = ArchiveTap(Archive(archive_path), declaration.node.name) if archive_path is not None else None
+        store = StateStore(state_dir / "state.json", tap)
+        log = ActionLog(state_dir / "actions.jsonl", tap)
 
     def audit(rec: WriteRecord) -> None:
         log.append("write", rec.time, **{k: v for k, v in rec.to_json().items() if k != "time"})

@@ -23,22 +23,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-
 from kalena.agent.actionlog import ActionLog
+from kalena.agent.archiving import COMPACT_EVERY_S, archived_event, series_of, series_rows
 from kalena.agent.runtime import Intake, SubmissionError, parse_submission
 from kalena.agent.state import AgentState, JobRecord, state_bytes, state_of_bytes
-from kalena.archive import Archive, ArchiveEvent
-from kalena.archive.store import EVENTS_SQL, SAMPLES_SQL, event_row, sample_rows
+from kalena.archive import Archive
+from kalena.archive.store import EVENTS_SQL, SAMPLES_SQL, event_row
 from kalena.core.lifecycle import TaskState
-from kalena.core.resources import DIMS
 from kalena.store.db import Store, insert_event, json_text
-
-#: How often (clock seconds) the agent rolls up and trims the usage archive in its store's file.
-COMPACT_EVERY_S = 300.0
-#: Action-log kinds the usage archive keeps, under its own names (seed 000 Appendix C: evictions
-#: with their cause; throttles and caps for throttled time).
-ARCHIVED_KINDS = {"evict": "eviction", "sigkill": "eviction-sigkill", "throttle": "throttle", "cap": "cap"}
 
 
 def runs_of(job: JobRecord, states: list[TaskState]) -> list[int]:
@@ -93,8 +85,7 @@ class DbStateStore:
         self, now: float, usage: Mapping[str, Mapping[str, float]], reservations: Mapping[str, list[float]]
     ) -> None:
         """The estimate of ``now``: each workload's usage and reservation, written with the next save."""
-        ids = set(usage) | set(reservations)
-        self._series.append((now, {w: (usage.get(w, {}), reservations.get(w)) for w in sorted(ids)}))
+        self._series.append((now, series_of(usage, reservations)))
 
     def record_event(self, node: str | None, rec: dict[str, Any]) -> None:
         """An action-log record of ``node`` written with the next save (in its transaction)."""
@@ -157,7 +148,7 @@ class DbStateStore:
             for table, seq, outcome in self._taken:
                 db.execute(f"UPDATE {table} SET taken_at=?, outcome=? WHERE seq=?", (now, outcome, seq))
             for at, series in self._series:
-                db.executemany(SAMPLES_SQL, _series_rows(state.node, at, series))
+                db.executemany(SAMPLES_SQL, series_rows(state.node, at, series))
             for node, rec in self._events:
                 insert_event(db, node, rec)
                 archive_event(db, node, rec)
@@ -180,30 +171,11 @@ class DbStateStore:
         return True
 
 
-def _series_rows(
-    node: str, at: float, series: Mapping[str, tuple[Mapping[str, float], list[float] | None]]
-) -> list[tuple[Any, ...]]:
-    """One estimate's usage (by dimension name) and reservations (DIMS order) as archive samples."""
-    ids = list(series)
-    usage = np.array([[series[w][0].get(d, np.nan) for d in DIMS] for w in ids], dtype=np.float64)
-    res = np.array(
-        [series[w][1] if series[w][1] is not None else [np.nan] * len(DIMS) for w in ids], dtype=np.float64
-    )
-    return sample_rows(at, node, ids, usage.reshape(len(ids), len(DIMS)), res.reshape(len(ids), len(DIMS)))
-
-
 def archive_event(db: sqlite3.Connection, node: str | None, rec: Mapping[str, Any]) -> None:
-    """An action-log record the usage archive keeps (:data:`ARCHIVED_KINDS`), as its event."""
-    kind = ARCHIVED_KINDS.get(str(rec.get("kind")))
-    if kind is None:
-        return
-    why = rec.get("why") if isinstance(rec.get("why"), Mapping) else {}
-    workload = rec.get("workload") or why.get("workload")  # type: ignore[union-attr]
-    cause = rec.get("cause") or why.get("cause")  # type: ignore[union-attr]
-    data = {k: v for k, v in rec.items() if k not in ("time", "kind")}
-    event = ArchiveEvent(float(rec["time"]), kind, node, workload if isinstance(workload, str) else None,
-                         cause if isinstance(cause, str) else None, data)  # fmt: skip
-    db.execute(EVENTS_SQL, event_row(event))
+    """An action-log record the usage archive keeps, as its event, in ``db``'s transaction."""
+    event = archived_event(node, rec)
+    if event is not None:
+        db.execute(EVENTS_SQL, event_row(event))
 
 
 def _job_row(state: AgentState, job: JobRecord) -> tuple[Any, ...]:

@@ -34,10 +34,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kalena.core.lifecycle import Lifecycle, TaskState, Transition, TransitionReason
 from kalena.core.placement import ContextKeeper
+
+if TYPE_CHECKING:  # the tap is the agent's archiving, which imports this module's neighbours
+    from kalena.agent.archiving import ArchiveTap
 
 STATE_VERSION = 2
 _READS = (1, STATE_VERSION)  # 1: job statuses as strings, no lifecycle (upgraded on load)
@@ -349,8 +352,9 @@ def write_atomic(path: Path, data: bytes) -> None:
 class StateStore:
     """Load and save :class:`AgentState` at ``path``; a save of identical content is skipped."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, tap: ArchiveTap | None = None) -> None:
         self.path = path
+        self.tap = tap
         self._last: bytes | None = None
         self.writes = 0
 
@@ -378,8 +382,10 @@ class StateStore:
     def record_series(
         self, now: float, usage: Mapping[str, Mapping[str, float]], reservations: Mapping[str, list[float]]
     ) -> None:
-        """The state file keeps no usage or reservation series (the store does: :mod:`.dbstate`)."""
-        return None
+        """The state file keeps no usage or reservation series; the archive tap, if any, writes
+        them to its usage archive (on Kalena's store they go into the store: :mod:`.dbstate`)."""
+        if self.tap is not None:
+            self.tap.series(now, usage, reservations)
 
     def record_node(self, now: float, status: Mapping[str, Any]) -> None:
         """Nor the node's slack view (the store does)."""

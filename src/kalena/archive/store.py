@@ -269,7 +269,10 @@ class Archive:
         """One observation of ``workloads`` on ``node`` (one name, or one per workload) at ``at``:
         usage (n, 8), reservation (n, 8) (NaN: not measured), throttled seconds since the last one
         (n,). Durable when it returns."""
-        rows = sample_rows(at, node, workloads, usage, reservation, throttled_s)
+        return self.record_rows(sample_rows(at, node, workloads, usage, reservation, throttled_s))
+
+    def record_rows(self, rows: Sequence[tuple[Any, ...]]) -> int:
+        """Rows built by :func:`sample_rows`, in one transaction. Durable when it returns."""
         with self.db.transaction():
             self.db.executemany(SAMPLES_SQL, rows)
         return len(rows)

@@ -341,10 +341,20 @@ def agent_cmd(
     escalation_rounds: agent_cli.EscalationRounds = 3,
     escalation_persist: agent_cli.EscalationPersist = 30.0,
     duration: agent_cli.Duration = 0.0,
+    archive: Annotated[
+        str | None,
+        typer.Option(
+            "--archive",
+            metavar="WHERE",
+            help="The usage archive this agent writes (an SQLite file or a postgresql:// URL; "
+            "default: archive.db in --state-dir; 'none': no archive).",
+        ),
+    ] = None,
 ) -> None:
     """The node agent on Kubernetes (the DaemonSet's): throttle batch pods on pressure, evict them
     through the Eviction API, publish this node's NodeReservation."""
     from kalena.agent.declaration import DeclarationError
+    from kalena.archive import ArchiveError
     from kalena.k8s.agent import build_k8s_agent
     from kalena.k8s.kubelet import DRIVERS, LayoutError
 
@@ -363,6 +373,7 @@ def agent_cmd(
         sample_interval, estimate_interval, grace_period, min_run_time, escalation_rounds, escalation_persist
     )
     here = node or socket.gethostname().lower()
+    where_archive = None if archive == "none" else (archive or str(state_dir / "archive.db"))
     core = _core_api(kubeconfig)
 
     def say(line: str) -> None:
@@ -371,8 +382,10 @@ def agent_cmd(
     try:
         agent, pods = build_k8s_agent(
             core, here, state_dir, config=config, driver=cgroup_driver, kubelet_root=kubelet_cgroup_root,
-            name=name, infer_batch=infer_batch, log=say,
+            name=name, infer_batch=infer_batch, log=say, archive=where_archive,
         )  # fmt: skip
+    except ArchiveError as e:
+        raise agent_cli.fail_with([f"--archive: {e}"], bad) from None
     except DeclarationError as e:
         raise agent_cli.fail_with([p.render() for p in e.problems], agent_cli.EXIT_HOST) from None
     except LayoutError as e:

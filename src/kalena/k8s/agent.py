@@ -437,6 +437,7 @@ def build_k8s_agent(
     infer_batch: bool = False,
     clock: Callable[[], float] = time.time,
     log: Callable[[str], None] | None = None,
+    archive: str | Path | None = None,
 ) -> tuple[Agent, NodePods]:
     """An enforce-only agent for the Kubernetes node ``node`` on this host, and its pod source
     (start its watches with :meth:`NodePods.start`). Raises ``LayoutError`` (the kubelet's cgroups
@@ -471,6 +472,7 @@ def build_k8s_agent(
         node_memory=host_memory,
         placed=pods,
         disruptor=evictions,
+        archive_path=archive,
     )
     agent.after_step.append(ReportPublisher(core, node, say))
     return agent, pods
