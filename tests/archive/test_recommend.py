@@ -5,6 +5,8 @@ loop's dead band with --replicas, the evidence in --json; bad input exits 2."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,10 @@ import pytest
 from archive_testlib import WORKLOADS, record
 from typer.testing import CliRunner
 
+from kalena.archive import Archive
 from kalena.cli.main import app
+from kalena.cli.recommend import recommendations
+from kalena.core.stationkeeper import Knob, Outcome
 
 
 def run(tmp_path: Path, *extra: str) -> tuple[int, str]:
@@ -67,3 +72,47 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
         app, ["recommend", "--archive", str(tmp_path / "no.db"), "--workloads", str(tmp_path / "w.yaml")]
     )
     assert r.exit_code == 2 and "no such archive" in r.output and "Traceback" not in r.output
+
+
+def test_accepted_proposals_are_the_next_runs_settings_and_nothing_moves_twice(tmp_path: Path) -> None:
+    code, out = run(tmp_path, "--json", "--accept")
+    assert code == 0, out
+    first = json.loads(out)["adjustments"]
+    assert first and {a["outcome"] for a in first} == {"accepted"}
+    # the next run starts from what was accepted: p99 x 1.30 is where each knob already is
+    code, out = run(tmp_path, "--json", "--accept")
+    assert code == 0, out
+    assert json.loads(out)["adjustments"] == []
+    with Archive(str(tmp_path / "archive.db")) as a:
+        book = a.book(["shop/api", "shop/db", "shop/idle"])
+    assert book.epochs == {"shop/api": 2, "shop/db": 2, "shop/idle": 0}
+    assert book.settings[("shop/db", Knob.CPU)] == pytest.approx(0.65)
+
+
+def test_a_stale_proposal_is_refused_and_racing_processes_accept_each_knob_once(tmp_path: Path) -> None:
+    where = str(tmp_path / "archive.db")
+    record(where)
+    (tmp_path / "w.yaml").write_text(WORKLOADS)
+    # two loops computed against the same epochs: the first accepted, the second stale
+    one, _, _ = recommendations(where, tmp_path / "w.yaml", "7d", None, False)
+    two, _, _ = recommendations(where, tmp_path / "w.yaml", "7d", None, False)
+    assert one == two
+    with Archive(where) as a:
+        assert set(a.accept(one, 1.0)) == {Outcome.ACCEPTED}
+        assert set(a.accept(two, 2.0)) == {Outcome.STALE_EPOCH}
+        a.db.execute("DELETE FROM archive_adjustments")
+    # two real processes at once: whichever way they interleave, each (workload, epoch) once
+    cmd = [sys.executable, "-m", "kalena.cli.main", "recommend", "--archive", where,
+           "--workloads", str(tmp_path / "w.yaml"), "--accept", "--json"]  # fmt: skip
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    results = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    accepted = [a for r in results for a in r["adjustments"] if a["outcome"] == "accepted"]
+    assert sorted((a["workload"], a["knob"]) for a in accepted) == sorted(
+        (a.workload, a.knob.value) for a in one
+    )
+    with Archive(where) as a:
+        rows = a.db.execute("SELECT workload, epoch FROM archive_adjustments ORDER BY workload, epoch")
+    assert rows == [("shop/api", 0), ("shop/api", 1), ("shop/db", 0), ("shop/db", 1)]

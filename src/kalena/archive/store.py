@@ -22,6 +22,7 @@ interrupted compaction leaves the archive as it was and the next one redoes it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import zlib
@@ -35,6 +36,7 @@ import numpy as np
 from kalena.archive.backends import ArchiveError, Backend, connect
 from kalena.core.distribution import KNOT_LEVELS, Buckets, merge, mixture_quantiles, summarise
 from kalena.core.resources import DIMS, NDIM
+from kalena.core.stationkeeper import Adjustment, AdjustmentBook, Knob, Outcome
 from kalena.core.validate import check_number, fail
 
 SCHEMA_VERSION = 1
@@ -63,6 +65,10 @@ _SCHEMA = (
     " workload TEXT, kind TEXT NOT NULL, cause TEXT, data TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS archive_events_at ON archive_events(at)",
     "CREATE INDEX IF NOT EXISTS archive_events_workload ON archive_events(workload, at)",
+    # the Stationkeeper's accepted adjustments: a workload's epoch is how many it has had
+    "CREATE TABLE IF NOT EXISTS archive_adjustments (workload TEXT NOT NULL, epoch INTEGER NOT NULL,"
+    " knob TEXT NOT NULL, current_value DOUBLE PRECISION NOT NULL, proposed DOUBLE PRECISION NOT NULL,"
+    " at DOUBLE PRECISION NOT NULL, evidence TEXT NOT NULL, PRIMARY KEY (workload, epoch))",
 )
 
 
@@ -282,6 +288,43 @@ class Archive:
         with self.db.transaction():
             self.db.executemany(EVENTS_SQL, [event_row(e) for e in events])
         return len(events)
+
+    # -- the Stationkeeper's adjustments (seed 002's airlock) --------------------------------------
+    def book(self, workloads: Sequence[str]) -> AdjustmentBook:
+        """The adjustment book of ``workloads``: each one's epoch (the adjustments it has had) and
+        the latest accepted setting of each knob."""
+        book = AdjustmentBook(epochs=dict.fromkeys(workloads, 0))
+        if not workloads:
+            return book
+        marks = ", ".join("?" * len(workloads))
+        rows = self.db.execute(
+            f"SELECT workload, epoch, knob, proposed FROM archive_adjustments WHERE workload IN ({marks})"
+            " ORDER BY workload, epoch",
+            list(workloads),
+        )
+        for w, epoch, knob, proposed in rows:
+            book.epochs[str(w)] = int(epoch) + 1
+            book.settings[(str(w), Knob(knob))] = float(proposed)
+        return book
+
+    def accept(self, adjustments: Sequence[Adjustment], at: float) -> list[Outcome]:
+        """Accept each adjustment only at the epoch it was computed against (the core's
+        :class:`AdjustmentBook` rule), in order, in one transaction: of two loops racing on one
+        workload, the second finds the epoch moved and is refused as stale."""
+        with self.db.transaction():
+            book = self.book(list(dict.fromkeys(a.workload for a in adjustments)))
+            outcomes = [book.apply(a) for a in adjustments]
+            self.db.executemany(
+                "INSERT INTO archive_adjustments(workload, epoch, knob, current_value, proposed, at,"
+                " evidence) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (a.workload, a.epoch, a.knob.value, a.current, a.proposed, float(at),
+                     json.dumps(dataclasses.asdict(a.evidence), sort_keys=True))
+                    for a, o in zip(adjustments, outcomes, strict=True)
+                    if o is Outcome.ACCEPTED
+                ],
+            )  # fmt: skip
+        return outcomes
 
     # -- rollups and retention ----------------------------------------------------------------------
     def _mark(self, key: str) -> float | None:
