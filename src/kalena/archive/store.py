@@ -363,18 +363,28 @@ class Archive:
             return 0
         return int(self.db.execute(f"SELECT count(*) FROM {table} WHERE {where}", (value,))[0][0])
 
+    def _unrolled(
+        self, mark: str, first_sql: str, closed_at: float, width: float
+    ) -> tuple[float, float] | None:
+        """``[since, upto)``: from the level's watermark ``mark`` (or, before its first rollup,
+        the slot of the oldest input ``first_sql`` finds) to the last slot closed by
+        ``closed_at``; None when nothing is left to roll."""
+        upto = math.floor(closed_at / width) * width
+        since = self._mark(mark)
+        if since is None:
+            first = self.db.execute(first_sql)[0][0]
+            if first is None:
+                return None
+            since = math.floor(float(first) / width) * width
+        return (since, upto) if upto > since else None
+
     def _roll_samples(self, closed_at: float) -> int:
         """Raw samples of the 5-minute slots that closed before ``closed_at`` into buckets."""
         width = LEVELS[0]
-        upto = math.floor(closed_at / width) * width
-        since = self._mark("rolled_300")
-        if since is None:
-            first = self.db.execute("SELECT min(at) FROM archive_samples")[0][0]
-            if first is None:
-                return 0
-            since = math.floor(float(first) / width) * width
-        if upto <= since:
+        span = self._unrolled("rolled_300", "SELECT min(at) FROM archive_samples", closed_at, width)
+        if span is None:
             return 0
+        since, upto = span
         names, t, thr, use, res = self._samples("at >= ? AND at < ?", (since, upto))
         n = self._write_buckets(width, names, t, thr, use, res)
         self._set_mark("rolled_300", upto)
@@ -443,15 +453,11 @@ class Archive:
         done5 = self._mark("rolled_300")
         if done5 is None:
             return 0
-        upto = math.floor(done5 / width) * width
-        since = self._mark("rolled_3600")
-        if since is None:
-            first = self.db.execute("SELECT min(start) FROM archive_buckets WHERE level = 300")[0][0]
-            if first is None:
-                return 0
-            since = math.floor(float(first) / width) * width
-        if upto <= since:
+        first5 = "SELECT min(start) FROM archive_buckets WHERE level = 300"
+        span = self._unrolled("rolled_3600", first5, done5, width)
+        if span is None:
             return 0
+        since, upto = span
         names, start, thr, stats = self._buckets(LEVELS[0], "start >= ? AND start < ?", (since, upto))
         n = 0
         if names:

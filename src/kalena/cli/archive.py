@@ -90,21 +90,23 @@ ArchiveOpt = Annotated[
     str,
     typer.Option("--archive", metavar="WHERE", help="The archive: an SQLite file or a postgresql:// URL."),
 ]
+WorkloadsOpt = Annotated[Path, typer.Option(help="The Kuberina Workloads document the plan was made from.")]
+WindowOpt = Annotated[str, typer.Option(help="How far back from --until: 90m, 24h, 7d, 2w.")]
+UntilOpt = Annotated[
+    float | None, typer.Option(help="The window's end, Unix seconds (default: the archive's last sample).")
+]
 
 
 @app.command()
 def export(
     archive: ArchiveOpt,
-    workloads: Annotated[Path, typer.Option(help="The Kuberina Workloads document the plan was made from.")],
+    workloads: WorkloadsOpt,
     out: Annotated[Path, typer.Option(help="Where the document with observed blocks goes (IR v1).")],
     report: Annotated[
         Path | None, typer.Option(help="Where the JSON report goes (default: OUT with .report.json).")
     ] = None,
-    window: Annotated[str, typer.Option(help="How far back from --until: 90m, 24h, 7d, 2w.")] = "7d",
-    until: Annotated[
-        float | None,
-        typer.Option(help="The window's end, Unix seconds (default: the archive's last sample)."),
-    ] = None,
+    window: WindowOpt = "7d",
+    until: UntilOpt = None,
     drift_threshold: Annotated[
         float,
         typer.Option(help="Blueprint drift at or above this share of the requests recommends a re-plan."),

@@ -22,7 +22,16 @@ from rich.table import Table
 
 from kalena.archive import Window
 from kalena.archive.export import plan_pods, pooled_quantiles
-from kalena.cli.archive import ArchiveOpt, duration_s, load_plan, open_archive, window_of
+from kalena.cli.archive import (
+    ArchiveOpt,
+    UntilOpt,
+    WindowOpt,
+    WorkloadsOpt,
+    duration_s,
+    load_plan,
+    open_archive,
+    window_of,
+)
 from kalena.cli.screen import table_console
 from kalena.core.estimators import MarginClass
 from kalena.core.resources import CPU, RAM
@@ -97,12 +106,9 @@ def _propose(
 
 def recommend(
     archive: ArchiveOpt,
-    workloads: Annotated[Path, typer.Option(help="The Kuberina Workloads document the plan was made from.")],
-    window: Annotated[str, typer.Option(help="How deep a window the loops read: 90m, 24h, 7d, 2w.")] = "7d",
-    until: Annotated[
-        float | None,
-        typer.Option(help="The window's end, Unix seconds (default: the archive's last sample)."),
-    ] = None,
+    workloads: WorkloadsOpt,
+    window: WindowOpt = "7d",
+    until: UntilOpt = None,
     replicas: Annotated[
         bool, typer.Option("--replicas", metavar="", help="Run the replica loop too (the 40/80 % dead band).")
     ] = False,
