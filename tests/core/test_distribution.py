@@ -10,20 +10,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from kalena.core.distribution import KNOT_LEVELS, above_fraction, drift, merge, mixture_quantiles, summarise
+from kalena.core.distribution import (
+    KNOT_LEVELS,
+    Buckets,
+    above_fraction,
+    drift,
+    merge,
+    mixture_quantiles,
+    summarise,
+)
 
 values_st = arrays(np.float64, st.tuples(st.integers(1, 120), st.just(3)),
                    elements=st.one_of(st.floats(0, 1e4), st.just(np.nan)))  # fmt: skip
 
 
+def bucketed(v: np.ndarray, seed: int, span_s: float) -> tuple[np.ndarray, np.ndarray, Buckets]:
+    """Samples ``v`` of three groups at random times over ``span_s``, in 5-minute buckets."""
+    rng = np.random.default_rng(seed)
+    group = rng.integers(0, 3, len(v))
+    t = rng.uniform(0, span_s, len(v))
+    return group, t, summarise(group, t, v, 300.0)
+
+
 @settings(max_examples=150, deadline=None)
 @given(v=values_st, seed=st.integers(0, 2**31))
 def test_knots_are_numpys_quantiles_of_each_bucket(v: np.ndarray, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    n = len(v)
-    group = rng.integers(0, 3, n)
-    t = rng.uniform(0, 1200, n)
-    b = summarise(group, t, v, 300.0)
+    group, t, b = bucketed(v, seed, 1200.0)
     assert b.count.sum(axis=0).tolist() == (~np.isnan(v)).sum(axis=0).tolist()
     for i in range(len(b)):
         inside = (group == b.group[i]) & (np.floor(t / 300.0) * 300.0 == b.start[i])
@@ -44,11 +56,7 @@ def test_knots_are_numpys_quantiles_of_each_bucket(v: np.ndarray, seed: int) -> 
 @settings(max_examples=150, deadline=None)
 @given(v=values_st, seed=st.integers(0, 2**31))
 def test_a_merge_keeps_counts_means_extremes_and_bounds_every_quantile(v: np.ndarray, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    n = len(v)
-    group = rng.integers(0, 3, n)
-    t = rng.uniform(0, 7200, n)
-    b = summarise(group, t, v, 300.0)
+    group, t, b = bucketed(v, seed, 7200.0)
     h = merge(b, 3600.0)
     assert h.count.sum(axis=0).tolist() == b.count.sum(axis=0).tolist()
     for i in range(len(h)):
