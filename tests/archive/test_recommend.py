@@ -94,8 +94,8 @@ def test_a_stale_proposal_is_refused_and_racing_processes_accept_each_knob_once(
     record(where)
     (tmp_path / "w.yaml").write_text(WORKLOADS)
     # two loops computed against the same epochs: the first accepted, the second stale
-    one, _, _ = recommendations(where, tmp_path / "w.yaml", "7d", None, False)
-    two, _, _ = recommendations(where, tmp_path / "w.yaml", "7d", None, False)
+    one = recommendations(where, tmp_path / "w.yaml", "7d", None, False).adjustments
+    two = recommendations(where, tmp_path / "w.yaml", "7d", None, False).adjustments
     assert one == two
     with Archive(where) as a:
         assert set(a.accept(one, 1.0)) == {Outcome.ACCEPTED}

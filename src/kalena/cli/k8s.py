@@ -230,7 +230,7 @@ def render_cmd(
     ] = "kalena:latest",
     components: Annotated[
         str,
-        typer.Option("--components", help="Which, comma-separated: scheduler, agent, extender."),
+        typer.Option("--components", help="Which, comma-separated: scheduler, agent, extender, recommender."),
     ] = "scheduler,agent",
     out: Annotated[
         Path | None,

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import typer
@@ -46,14 +47,47 @@ from kalena.core.stationkeeper import (
 )
 from kalena.ir.document import DeclDoc, WorkloadsDoc
 
+if TYPE_CHECKING:  # the Kubernetes client is imported only when --kubernetes asks for it
+    from kalena.k8s.recommend import Written
+
 _UNIT = {Knob.CPU: "cores", Knob.MEMORY: "GiB", Knob.REPLICAS: "replicas"}
+EXIT_BAD_INPUT = 2
+EXIT_CLUSTER = 3
+
+
+def _say_bad(line: str, code: int = EXIT_BAD_INPUT) -> int:
+    typer.echo(line, err=True)
+    return code
+
+
+def _to_kubernetes(
+    settings: dict[str, dict[str, float]], kubeconfig: Path | None, apply: bool
+) -> list[Written]:
+    from kalena.cli.k8s import _core_api
+    from kalena.k8s.recommend import RecommendError, publish
+
+    api = _core_api(kubeconfig).api_client
+    try:
+        return publish(api, settings, apply)
+    except RecommendError as e:
+        raise typer.Exit(_say_bad(f"kalena recommend: {e}", EXIT_CLUSTER)) from None
+    except Exception as e:  # the apiserver does not answer
+        raise typer.Exit(_say_bad(f"kalena recommend: the apiserver: {e}", EXIT_CLUSTER)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendations:
+    adjustments: list[Adjustment]
+    window: dict[str, float]  # since, until
+    outcomes: list[Outcome] | None  # with accept: what the archive's adjustment book made of each
+    settings: dict[str, dict[str, float]]  # per declaration: the cpu and memory it should have now
 
 
 def recommendations(
     archive: str, workloads: Path, window: str, until: float | None, replicas: bool, accept: bool = False
-) -> tuple[list[Adjustment], dict[str, float], list[Outcome] | None]:
-    """The proposals, the window they were computed over (``since``/``until``) and, with
-    ``accept``, what the archive's adjustment book made of each."""
+) -> Recommendations:
+    """The proposals over the window, what became of them, and each declaration's resulting per-pod
+    cpu and memory (the accepted settings, with this run's proposals on top unless refused)."""
     cfg = StationkeeperConfig()
     span_s = duration_s(window, "--window")
     doc, recorded_as = load_plan(workloads)
@@ -65,7 +99,15 @@ def recommendations(
         book = a.book(names)
         out = _propose(doc, w, decl_of_pod, book, replicas, cfg)
         outcomes = a.accept(out, time.time()) if accept else None
-    return out, {"since": start, "until": end}, outcomes
+    now = {(w, k): v for (w, k), v in book.settings.items()}
+    for i, adj in enumerate(out):
+        if outcomes is None or outcomes[i] is Outcome.ACCEPTED:
+            now[(adj.workload, adj.knob)] = adj.proposed
+    settings: dict[str, dict[str, float]] = {}
+    for (w, knob), v in now.items():
+        if knob is not Knob.REPLICAS:
+            settings.setdefault(w, {})["cpu" if knob is Knob.CPU else "memory"] = v
+    return Recommendations(out, {"since": start, "until": end}, outcomes, settings)
 
 
 def _propose(
@@ -121,11 +163,36 @@ def recommend(
             "epoch it was computed against); the next run starts from them.",
         ),
     ] = False,
+    kubernetes: Annotated[
+        bool,
+        typer.Option(
+            "--kubernetes",
+            metavar="",
+            help="Write each Deployment's recommendation as a VerticalPodAutoscaler (updateMode Off).",
+        ),
+    ] = False,
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            metavar="",
+            help="With --kubernetes: patch the Deployments' requests instead (a rollout).",
+        ),
+    ] = False,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", envvar="KUBECONFIG", help="The cluster (default: in-cluster config)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON and nothing else.")] = False,
 ) -> None:
-    """The Stationkeeper's proposals for each declaration, with their evidence (nothing is applied)."""
-    out, span, outcomes = recommendations(archive, workloads, window, until, replicas, accept)
+    """The Stationkeeper's proposals for each declaration, with their evidence; with --kubernetes,
+    written for the cluster (as VPA recommendations, or applied with --apply)."""
+    if apply and not kubernetes:
+        raise typer.Exit(_say_bad("--apply: only with --kubernetes (Kalena applies nowhere else yet)"))
+    recs = recommendations(archive, workloads, window, until, replicas, accept)
+    out, span, outcomes = recs.adjustments, recs.window, recs.outcomes
     said = [o.value for o in outcomes] if outcomes is not None else [None] * len(out)
+    written = _to_kubernetes(recs.settings, kubeconfig, apply) if kubernetes else None
     if as_json:
         rows = [
             {
@@ -136,9 +203,20 @@ def recommend(
             }
             for a, o in zip(out, said, strict=True)
         ]  # fmt: skip
-        typer.echo(json.dumps({"window": span, "adjustments": rows}, indent=2))
+        doc: dict[str, object] = {"window": span, "adjustments": rows}
+        if written is not None:
+            doc["kubernetes"] = [{"workload": w.workload, "outcome": w.outcome, "containers": w.containers}
+                                 for w in written]  # fmt: skip
+        typer.echo(json.dumps(doc, indent=2))
         return
     con = table_console()
+    if written is not None:
+        done = sum(w.outcome in ("vpa", "applied") for w in written)
+        verb = "applied to the Deployments' requests" if apply else "written as VerticalPodAutoscalers"
+        con.print(f"{done:,} of {len(written):,} recommendations {verb}")
+        for w in written:
+            if w.outcome not in ("vpa", "applied"):
+                con.print(f"  {w.workload}: {w.outcome}")
     if not out:
         con.print("no proposals: every request is within 10 % of its p99 times its margin")
         return

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from kalena.k8s.recommend import recommender_rules
 from kalena.k8s.reports import CRD, GROUP, PLURAL
 
 NAMESPACE = "kalena-system"
@@ -60,7 +61,7 @@ EXTENDER_RULES: list[dict[str, Any]] = [
 ]
 EXTENDER_PORT = 8471
 EXTENDER_SECRET = "kalena-extender-tls"
-COMPONENTS = ("scheduler", "agent", "extender")
+COMPONENTS = ("scheduler", "agent", "extender", "recommender")
 DEFAULT_COMPONENTS = ("scheduler", "agent")
 
 
@@ -179,6 +180,16 @@ def agent_objects(namespace: str = NAMESPACE, image: str = IMAGE) -> list[dict[s
     return [*_account(AGENT, namespace, AGENT_RULES), daemonset]
 
 
+RECOMMENDER = "kalena-recommender"
+
+
+def recommender_objects(namespace: str = NAMESPACE, apply: bool = False) -> list[dict[str, Any]]:
+    """The account ``kalena recommend --kubernetes`` runs as (a person, or a CronJob the operator
+    writes): read Deployments, write VerticalPodAutoscalers and their status; with ``apply``, patch
+    Deployments too (:func:`kalena.k8s.recommend.recommender_rules`)."""
+    return _account(RECOMMENDER, namespace, recommender_rules(apply))
+
+
 def extender_objects(namespace: str = NAMESPACE, image: str = IMAGE) -> list[dict[str, Any]]:
     """The extender's ServiceAccount, rules, Deployment and Service (HTTPS, client certificates)."""
     labels = _labels(EXTENDER)
@@ -255,7 +266,12 @@ def objects(
 ) -> list[dict[str, Any]]:
     """Everything, in the order ``kubectl apply`` needs (the namespace and the CRD first)."""
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-    made = {"scheduler": scheduler_objects, "agent": agent_objects, "extender": extender_objects}
+    made = {
+        "scheduler": scheduler_objects,
+        "agent": agent_objects,
+        "extender": extender_objects,
+        "recommender": lambda namespace, _image: recommender_objects(namespace),  # an account only
+    }
     return [ns, CRD, *(o for c in COMPONENTS if c in components for o in made[c](namespace, image))]
 
 
