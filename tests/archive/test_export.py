@@ -89,6 +89,8 @@ def test_the_simulators_archive_exports_for_irina(tmp_path: Path) -> None:
     with Archive(where) as a:
         assert len(a.workloads()) > 2714  # every production pod and the batch pods that ran
         assert a.window(["ai/llm-inference-0000"], 0.0, 901.0).usage.count[0, 0] == 15  # each minute
+        events = a.events()  # the run's evictions, each with its pod, node and cause
+        assert events and all(e.workload and e.node and e.cause for e in events)
     from kalena.data import irina_paths
 
     out = tmp_path / "observed.yaml"

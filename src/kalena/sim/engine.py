@@ -332,11 +332,10 @@ class Simulation:
             self.archive.record_events(self._archived_events)
             self._archived_events = []
 
-    def _archive_event(self, now: float, kind: str, row: int, node: int, cause: str) -> None:
+    def _archive_event(self, now: float, kind: str, workload: str, node: int, cause: str) -> None:
         if self.archive is not None:
-            rs = self.ledger.row_arrays()
             self._archived_events.append(
-                ArchiveEvent(now, kind, self.ledger.node_names[node], str(rs.ids[row]), cause)
+                ArchiveEvent(now, kind, self.ledger.node_names[node], workload, cause)
             )
 
     # 1-3 ------------------------------------------------------------------------------------------
@@ -587,7 +586,7 @@ class Simulation:
             m.counts["stale_evictions"] += 1
             return
         m.evictions[victim.cause.value] += 1
-        self._archive_event(now, "eviction", row, n, victim.cause.value)
+        self._archive_event(now, "eviction", victim.workload, n, victim.cause.value)
         if row < self.n_prod:  # service: only through the override; placement and request stay
             m.counts["production_evictions"] += 1
             if not victim.limit_breach_override:
@@ -626,7 +625,7 @@ class Simulation:
 
     def _kernel_kill(self, row: int, n: int, now: float) -> None:
         led, m = self.ledger, self.metrics
-        self._archive_event(now, "oom-kill", row, n, "kernel-oom")
+        self._archive_event(now, "oom-kill", str(led.row_arrays().ids[row]), n, "kernel-oom")
         if row < self.n_prod:
             m.counts["production_oom_kills"] += 1
             self.prod.restart(np.array([row]))
