@@ -145,3 +145,23 @@ def test_a_postgresql_url_without_a_server_is_an_error_without_the_password(tmp_
     with pytest.raises(ArchiveError) as e:
         Archive(url)
     assert "s3cret" not in str(e.value) and "cannot connect" in str(e.value)
+
+
+def test_a_long_window_reads_whole_hours_hourly_and_many_workloads_in_chunks(tmp_path: Path) -> None:
+    many = [f"ns/w{i:03d}" for i in range(300)]  # more than one chunk of 256
+    rng = np.random.default_rng(5)
+    with Archive(tmp_path / "a.db") as a:
+        for k in range(120):  # two hours at 60 s
+            u = rng.lognormal(0.0, 0.3, (len(many), 8))
+            a.record(k * 60.0, "n", many, u, u)
+        a.compact(3 * 3600.0)  # every slot and both hours rolled; the raw samples still kept
+        # a window from the middle of the first hour: its second half from 5-minute buckets, the
+        # second hour whole from its hourly bucket
+        w = a.window(many, 1800.0, 7200.0)
+        assert w.levels == ("300s", "3600s")
+        assert w.usage.count[:, 0].tolist() == [90] * len(many)
+        # the chunks change nothing: any workload reads the same alone (to float rounding: the
+        # merge's sums run over all the workloads it is given)
+        alone = a.window([many[299], many[3]], 1800.0, 7200.0)
+        assert np.allclose(alone.usage.knots[0], w.usage.knots[299], rtol=1e-9, equal_nan=True)
+        assert np.allclose(alone.usage.knots[1], w.usage.knots[3], rtol=1e-9, equal_nan=True)

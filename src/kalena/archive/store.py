@@ -46,6 +46,9 @@ _COLS = tuple(d.replace(".", "_") for d in DIMS)
 _USAGE = tuple(f"u_{c}" for c in _COLS)
 _RES = tuple(f"r_{c}" for c in _COLS)
 _K = len(KNOT_LEVELS)
+#: Workloads a window reads at once (about 1 KiB a bucket: a week of hourly buckets for 256 of them
+#: is some 50 MB).
+CHUNK = 256
 #: A bucket width that puts every start into one slot (a window read merges each workload whole).
 _WHOLE = 1e18
 
@@ -503,39 +506,61 @@ class Archive:
         return [ArchiveEvent(float(a), k, n, w, c, json.loads(d)) for a, k, n, w, c, d in rows]
 
     def window(self, workloads: Sequence[str], since: float, until: float) -> Window:
-        """The distribution of each workload over ``[since, until)``: raw samples where the
-        5-minute rollup has not reached, 5-minute buckets where it has, hourly ones where the
-        5-minute buckets are gone (each bucket whole: its start decides)."""
+        """The distribution of each workload over ``[since, until)``, from the coarsest level that
+        covers each part: hourly buckets for the whole hours the hourly rollup has reached,
+        5-minute ones around them (where still kept), raw samples past the 5-minute rollup. A
+        bucket counts whole where its start falls. Read :data:`CHUNK` workloads at a time, so a
+        long window over many workloads stays within memory."""
         if not until > since:
             raise ValueError(f"the window must not be empty: since {since!r}, until {until!r}")
         names = tuple(dict.fromkeys(str(w) for w in workloads))
-        index = {w: i for i, w in enumerate(names)}
         done5 = self._mark("rolled_300") or -math.inf
-        first5 = self.db.execute("SELECT min(start) FROM archive_buckets WHERE level = 300")[0][0]
-        first5 = math.inf if first5 is None else float(first5)
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # group, thr, u/v stats
-        levels = []
-        # the raw samples the rollup has not reached: each a bucket of its own, summarised together
-        lo = max(since, done5)
-        if until > lo:
-            n, _, thr, use, res = self._samples("at >= ? AND at < ?", (lo, until), names)
+        done1 = self._mark("rolled_3600") or -math.inf
+        hour = LEVELS[1]
+        h_lo = math.ceil(since / hour) * hour
+        h_hi = min(math.floor(until / hour) * hour, done1)
+        if h_hi > h_lo:
+            plan = [(LEVELS[1], h_lo, h_hi), (LEVELS[0], since, h_lo), (LEVELS[0], h_hi, min(until, done5))]
+        else:
+            plan = [(LEVELS[0], since, min(until, done5))]
+        raw = (max(since, done5), until)
+        usage, reservation, throttled, levels = [], [], [], set()
+        for k in range(0, max(len(names), 1), CHUNK):
+            chunk = names[k : k + CHUNK]
+            u, v, thr, used = self._window_part(chunk, plan, raw)
+            usage.append(dataclasses.replace(u, group=u.group + k))
+            reservation.append(dataclasses.replace(v, group=v.group + k))
+            throttled.append(thr)
+            levels |= used
+        order = ("raw", "300s", "3600s")
+        return Window(
+            names, since, until, _concat(usage), _concat(reservation),
+            np.concatenate(throttled)[: len(names)], tuple(x for x in order if x in levels),
+        )  # fmt: skip
+
+    def _window_part(
+        self, names: tuple[str, ...], plan: list[tuple[float, float, float]], raw: tuple[float, float]
+    ) -> tuple[Buckets, Buckets, np.ndarray, set[str]]:
+        """One chunk of :meth:`window`: each workload's usage and reservation merged whole."""
+        index = {w: i for i, w in enumerate(names)}
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # group, throttled, stats
+        levels: set[str] = set()
+        lo, hi = raw
+        if hi > lo and names:  # the raw samples the rollup has not reached, summarised together
+            n, _, thr, use, res = self._samples("at >= ? AND at < ?", (lo, hi), names)
             if n:
                 g = np.array([index[w] for w in n], dtype=np.int64)
                 u = summarise(g, np.zeros(len(g)), use, 1.0)
                 v = summarise(g, np.zeros(len(g)), res, 1.0)
-                stats = np.stack([_stack(u), _stack(v)], axis=1)
                 thr_g = np.bincount(u.group.searchsorted(g), weights=np.nan_to_num(thr), minlength=len(u))
-                parts.append((u.group, thr_g, stats, np.zeros(len(u))))
-                levels.append("raw")
-        for level, lo, hi in (
-            (LEVELS[0], max(since, first5), min(until, done5)),
-            (LEVELS[1], since, min(until, first5)),
-        ):
-            if hi > lo:
-                n, start, thr, stats = self._buckets(level, "start >= ? AND start < ?", (lo, hi), names)
+                parts.append((u.group, thr_g, np.stack([_stack(u), _stack(v)], axis=1)))
+                levels.add("raw")
+        for level, lo, hi in plan:
+            if hi > lo and names:
+                n, _, thr, stats = self._buckets(level, "start >= ? AND start < ?", (lo, hi), names)
                 if n:
-                    parts.append((np.array([index[w] for w in n], dtype=np.int64), thr, stats, start))
-                    levels.append(f"{int(level)}s")
+                    parts.append((np.array([index[w] for w in n], dtype=np.int64), thr, stats))
+                    levels.add(f"{int(level)}s")
         if parts:
             group = np.concatenate([p[0] for p in parts])
             thr = np.concatenate([p[1] for p in parts])
@@ -545,8 +570,17 @@ class Archive:
         order = np.argsort(group, kind="stable")
         group, thr, stats = group[order], thr[order], stats[order]
         throttled = np.bincount(group, weights=np.nan_to_num(thr), minlength=len(names))
-        whole = [merge(_of(stats, s, group, np.zeros(len(group))), _WHOLE) for s in (0, 1)]
-        return Window(names, since, until, whole[0], whole[1], throttled, tuple(levels))
+        u, v = (merge(_of(stats, s, group, np.zeros(len(group))), _WHOLE) for s in (0, 1))
+        return u, v, throttled, levels
+
+
+def _concat(parts: list[Buckets]) -> Buckets:
+    return Buckets(
+        *(
+            np.concatenate([getattr(b, f) for b in parts])
+            for f in ("group", "start", "count", "mean", "knots")
+        )
+    )
 
 
 def _stack(b: Buckets) -> np.ndarray:
