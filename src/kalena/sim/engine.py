@@ -281,6 +281,9 @@ class Simulation:
             self.step(k)
             if progress is not None and (k % every == 0 or k == total):
                 progress(k, total)
+        if self.archive is not None and self._archived_events:  # those since the last sample
+            self.archive.record_events(self._archived_events)
+            self._archived_events = []
         self.wall_seconds = time.perf_counter() - t0
 
     def step(self, k: int) -> None:
