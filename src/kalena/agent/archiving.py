@@ -54,22 +54,33 @@ def archived_event(node: str | None, rec: Mapping[str, Any]) -> ArchiveEvent | N
                         cause if isinstance(cause, str) else None, data)  # fmt: skip
 
 
+class Rollups:
+    """``archive`` rolled up and trimmed at most every :data:`COMPACT_EVERY_S` of the clock."""
+
+    def __init__(self, archive: Archive) -> None:
+        self.archive = archive
+        self._last = -float("inf")
+
+    def due(self, now: float) -> None:
+        if now - self._last >= COMPACT_EVERY_S:
+            self.archive.compact(now)
+            self._last = now
+
+
 class ArchiveTap:
     """Writes one node agent's estimates and archived events to ``archive`` as they come (each
     durable when the call returns), and rolls it up every :data:`COMPACT_EVERY_S`."""
 
     def __init__(self, archive: Archive, node: str) -> None:
         self.archive, self.node = archive, node
-        self._compacted = -float("inf")
+        self.rollups = Rollups(archive)
 
     def series(
         self, now: float, usage: Mapping[str, Mapping[str, float]], reservations: Mapping[str, list[float]]
     ) -> None:
         rows = series_rows(self.node, now, series_of(usage, reservations))
         self.archive.record_rows(rows)
-        if now - self._compacted >= COMPACT_EVERY_S:
-            self.archive.compact(now)
-            self._compacted = now
+        self.rollups.due(now)
 
     def event(self, rec: Mapping[str, Any]) -> None:
         event = archived_event(self.node, rec)

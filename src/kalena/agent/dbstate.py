@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kalena.agent.actionlog import ActionLog
-from kalena.agent.archiving import COMPACT_EVERY_S, archived_event, series_of, series_rows
+from kalena.agent.archiving import Rollups, archived_event, series_of, series_rows
 from kalena.agent.runtime import Intake, SubmissionError, parse_submission
 from kalena.agent.state import AgentState, JobRecord, state_bytes, state_of_bytes
 from kalena.archive import Archive
@@ -63,8 +63,7 @@ class DbStateStore:
         self._events: list[tuple[str | None, dict[str, Any]]] = []  # (node, record)
         self.last_node: dict[str, Any] | None = None
         # the usage archive's tables in the store's own file: samples go in with each save
-        self.archive = Archive(store.path)
-        self._compacted = -float("inf")
+        self.rollups = Rollups(Archive(store.path))
 
     def load(self, now: float | None = None) -> AgentState | None:
         got = self.store.load_state(self.node)
@@ -165,9 +164,7 @@ class DbStateStore:
         self._node = None
         self._last = text
         self.writes += 1
-        if now - self._compacted >= COMPACT_EVERY_S:  # its own transaction, after the save's
-            self.archive.compact(now)
-            self._compacted = now
+        self.rollups.due(now)  # its own transaction, after the save's
         return True
 
 
