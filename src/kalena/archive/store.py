@@ -194,14 +194,11 @@ class Compacted:
     deleted_events: int
 
 
-def _pack(usage: Buckets, reservation: Buckets, i: int, j: int) -> bytes:
-    """One bucket's stats (usage row i, reservation row j; -1: none) as compressed float64 bytes."""
-    out = np.full((2, 2 + _K, NDIM), np.nan)
-    for s, (b, r) in enumerate(((usage, i), (reservation, j))):
-        if r >= 0:
-            out[s, 0], out[s, 1], out[s, 2:] = b.count[r], b.mean[r], b.knots[r]
-        else:
-            out[s, 0] = 0
+def _pack(usage: Buckets, reservation: Buckets, i: int) -> bytes:
+    """Bucket ``i``'s stats (its usage and reservation rows) as compressed float64 bytes."""
+    out = np.empty((2, 2 + _K, NDIM))
+    for s, b in enumerate((usage, reservation)):
+        out[s, 0], out[s, 1], out[s, 2:] = b.count[i], b.mean[i], b.knots[i]
     return zlib.compress(out.astype("<f8").tobytes(), 1)  # dimensions never measured are NaN runs
 
 
@@ -426,7 +423,7 @@ class Archive:
         for g, s, x in zip(group.tolist(), slot.tolist(), np.nan_to_num(thr).tolist(), strict=True):
             throttled[(g, s)] = throttled.get((g, s), 0.0) + x
         rows = [
-            (int(width), str(ids[g]), float(st), throttled[(int(g), round(st / width))], _pack(u, v, i, i))
+            (int(width), str(ids[g]), float(st), throttled[(int(g), round(st / width))], _pack(u, v, i))
             for i, (g, st) in enumerate(zip(u.group, u.start, strict=True))
         ]
         self.db.executemany(
