@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from kalena.archive.store import Archive, Window
-from kalena.core.distribution import above_fraction, drift, mixture_quantiles, regroup
+from kalena.core.distribution import Buckets, above_fraction, drift, mixture_quantiles, regroup
 from kalena.core.resources import DIMS, NDIM
 from kalena.ir.document import ObservedDoc, WorkloadsDoc
 
@@ -62,15 +62,16 @@ def plan_pods(
 
 def pooled_quantiles(
     w: Window, decl_of_pod: np.ndarray, levels: np.ndarray, of: str = "usage"
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Buckets]:
     """Per declaration seen: its replicas' samples pooled (a mixture of their distributions).
-    Returns the declarations (G,), their quantiles (G, len(levels), D) and sample counts (G, D)."""
+    Returns the declarations (G,), their quantiles (G, len(levels), D), sample counts (G, D) and
+    the pooled buckets themselves (grouped by declaration)."""
     b = w.usage if of == "usage" else w.reservation
     pooled = regroup(b, decl_of_pod[b.group])
     seen, q = mixture_quantiles(pooled.group, pooled.count, pooled.knots, levels)
     counts = np.zeros((len(seen), NDIM), dtype=np.int64)
     np.add.at(counts, np.searchsorted(seen, pooled.group), pooled.count)
-    return seen, q, counts
+    return seen, q, counts, pooled
 
 
 def export_observed(
@@ -93,11 +94,10 @@ def export_observed(
     )
     out: dict[str, dict[str, Any]] = {}
     decls = list(doc.declarations)
-    seen, q, counts = pooled_quantiles(w, decl_of_pod, LEVELS)
+    seen, q, counts, use = pooled_quantiles(w, decl_of_pod, LEVELS)
     if len(seen):
-        use = regroup(w.usage, decl_of_pod[w.usage.group])
         over = above_fraction(use.group, use.count, use.knots, requests[seen])
-        res_seen, rq, _ = pooled_quantiles(w, decl_of_pod, LEVELS[:3], of="reservation")
+        res_seen, rq, _, _ = pooled_quantiles(w, decl_of_pod, LEVELS[:3], of="reservation")
         rq_by = dict(zip(res_seen.tolist(), rq, strict=True))
         for j, i in enumerate(seen.tolist()):
             requested = np.isfinite(requests[i]) & (requests[i] > 0) & np.isfinite(over[j])
@@ -134,8 +134,8 @@ def export_observed(
     per_node = Counter(e.node for e in events if e.kind == "eviction" and e.node)
     name_of = {p: decls[i].full_name for p, i in zip(ids, decl_of_pod.tolist(), strict=True)}
     for (pod, cause), n in evictions.items():
-        entry = out.setdefault(name_of[str(pod)], {})
-        entry.setdefault("evictions", {})[cause] = entry.get("evictions", {}).get(cause, 0) + n
+        by_cause = out.setdefault(name_of[str(pod)], {}).setdefault("evictions", {})
+        by_cause[cause] = by_cause.get(cause, 0) + n
     for pod, n in breaches.items():
         entry = out.setdefault(name_of[str(pod)], {})
         entry["exceeded_limit_events"] = entry.get("exceeded_limit_events", 0) + n

@@ -116,7 +116,7 @@ def _propose(
 ) -> list[Adjustment]:  # fmt: skip
     """The loops over the plan's declarations, from each one's accepted setting (the plan's where
     none was accepted yet) at its current epoch."""
-    seen, q, counts = pooled_quantiles(w, decl_of_pod, np.array([cfg.quantile]))
+    seen, q, counts, _ = pooled_quantiles(w, decl_of_pod, np.array([cfg.quantile]))
     n = len(doc.declarations)
     cpu_q = np.full(n, np.nan)
     mem_q = np.full(n, np.nan)
