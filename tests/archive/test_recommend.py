@@ -72,6 +72,21 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
         app, ["recommend", "--archive", str(tmp_path / "no.db"), "--workloads", str(tmp_path / "w.yaml")]
     )
     assert r.exit_code == 2 and "no such archive" in r.output and "Traceback" not in r.output
+    code, out = run(tmp_path, "--apply")
+    assert code == 2 and "--apply: only with --kubernetes or --docker" in out
+    code, out = run(tmp_path, "--docker")  # the engine is the plan: not both
+    assert code == 2 and "--workloads: not with --docker" in out
+    code, out = run(tmp_path, "--kubernetes", "--docker")
+    assert code == 2 and "one cluster at a time" in out
+
+
+def test_an_engine_that_does_not_answer_exits_3(tmp_path: Path) -> None:
+    record(str(tmp_path / "archive.db"))
+    sock = f"unix://{tmp_path}/none.sock"
+    r = CliRunner().invoke(
+        app, ["recommend", "--archive", str(tmp_path / "archive.db"), "--docker", "--docker-host", sock]
+    )
+    assert r.exit_code == 3 and "not reachable" in r.output and "Traceback" not in r.output, r.output
 
 
 def test_accepted_proposals_are_the_next_runs_settings_and_nothing_moves_twice(tmp_path: Path) -> None:

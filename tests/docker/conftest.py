@@ -82,3 +82,17 @@ def second_engine(engine: Engine) -> Iterator[Engine]:
         pytest.skip(f"no second Docker engine: {e}")
     yield made
     second.stop()
+
+
+@pytest.fixture
+def swarm(second_engine: Engine) -> Iterator[Engine]:
+    """The second engine as a one-node swarm's manager; its services removed and the swarm left
+    at teardown."""
+    api = second_engine.api
+    api.init_swarm(advertise_addr="127.0.0.1", listen_addr="127.0.0.1:2377")
+    try:
+        yield second_engine
+    finally:
+        for svc in api.services():
+            api.remove_service(svc["ID"])
+        api.leave_swarm(force=True)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+import docker
+from kalena.docker.engine import Engine
+
+MIB = 2**20
 
 
 def until(
@@ -26,3 +31,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def service(
+    engine: Engine, name: str, image: str, mem_mib: int, cpu: float, constraints: Sequence[str] = (),
+    replicas: int = 1,
+) -> str:  # fmt: skip
+    """A Swarm service of ``sleep`` tasks reserving ``cpu`` cores and ``mem_mib`` each."""
+    spec = docker.types.ContainerSpec(image, command=["sleep", "3600"])
+    res = docker.types.Resources(cpu_reservation=int(cpu * 1e9), mem_reservation=mem_mib * MIB)
+    template = docker.types.TaskTemplate(
+        container_spec=spec, resources=res, placement=docker.types.Placement(constraints=list(constraints))
+    )
+    mode = docker.types.ServiceMode("replicated", replicas=replicas)
+    return str(engine.api.create_service(template, name=name, mode=mode)["ID"])
+
+
+def running_tasks(engine: Engine, service_id: str) -> list[dict]:
+    tasks = engine.api.tasks(filters={"service": service_id})
+    return [t for t in tasks if t["Status"]["State"] == "running"]

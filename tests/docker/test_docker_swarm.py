@@ -12,51 +12,22 @@ would be restarted by Swarm's reconciler, fighting the eviction.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
-from docker_testlib import until
+from docker_testlib import running_tasks, service, until
 
-import docker
 from kalena.agent.config import AgentConfig
 from kalena.agent.declaration import parse_declaration
 from kalena.core.config import PolicyConfig
 from kalena.core.enforcement import EscalationConfig, EvictionConfig
 from kalena.core.lifecycle import TaskState, TransitionReason
 from kalena.docker.agent import build_docker_agent
-from kalena.docker.engine import Engine
 from kalena.docker.labels import SWARM_CONSTRAINTS, SWARM_SERVICE
 from kalena.store import Store
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 P = "kalena.naughtian.io/"
 MIB = 2**20
-
-
-@pytest.fixture
-def swarm(second_engine: Engine) -> Iterator[Engine]:
-    api = second_engine.api
-    api.init_swarm(advertise_addr="127.0.0.1", listen_addr="127.0.0.1:2377")
-    try:
-        yield second_engine
-    finally:
-        for svc in api.services():
-            api.remove_service(svc["ID"])
-        api.leave_swarm(force=True)
-
-
-def service(engine: Engine, name: str, image: str, mem_mib: int, cpu: float, constraints=()) -> str:
-    spec = docker.types.ContainerSpec(image, command=["sleep", "3600"])
-    res = docker.types.Resources(cpu_reservation=int(cpu * 1e9), mem_reservation=mem_mib * MIB)
-    template = docker.types.TaskTemplate(
-        container_spec=spec, resources=res, placement=docker.types.Placement(constraints=list(constraints))
-    )
-    return str(engine.api.create_service(template, name=name)["ID"])
-
-
-def running_tasks(engine: Engine, service_id: str) -> list[dict]:
-    tasks = engine.api.tasks(filters={"service": service_id})
-    return [t for t in tasks if t["Status"]["State"] == "running"]
 
 
 def test_swarm_services_are_production_batch_uses_their_slack_and_swarm_still_places(

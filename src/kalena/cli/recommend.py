@@ -1,12 +1,16 @@
 """``kalena recommend``: the Stationkeeper's proposals (seed 002) from the usage archive.
 
-For each declaration of a Workloads document, its three loops (cpu, memory, replicas) read a deep
-window of the archive: the per-replica p99 of usage (the replicas' samples pooled) times the
-class margin, proposed only when that moves the request by at least 10 %; with ``--replicas``,
-the replica loop's 40/80 % dead band too. Shown as a table, or as JSON with the evidence (window,
-samples, quantile, margin). Nothing is applied here.
+For each declaration of a Workloads document (or, with ``--docker``, each Swarm service and plain
+production container of an engine), its three loops (cpu, memory, replicas) read a deep window of
+the archive: the per-replica p99 of usage (the replicas' samples pooled) times the class margin,
+proposed only when that moves the request by at least 10 %; with ``--replicas``, the replica
+loop's 40/80 % dead band too. Shown as a table, or as JSON with the evidence (window, samples,
+quantile, margin). Written for a cluster only when asked: ``--kubernetes`` (VPA objects, or the
+Deployments' requests with ``--apply``), ``--docker --apply`` (``docker update`` /
+``docker service update``, each write an archive event).
 
-Exit codes: 0 shown (with or without proposals); 2 bad input (as ``kalena archive export``).
+Exit codes: 0 shown (with or without proposals); 2 bad input (as ``kalena archive export``);
+3 the cluster or engine cannot take them.
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from kalena.archive import Window
+from kalena.archive import ArchiveEvent, Window
 from kalena.archive.export import plan_pods, pooled_quantiles
+from kalena.cli import agent as agent_cli
 from kalena.cli.archive import (
     ArchiveOpt,
     UntilOpt,
     WindowOpt,
-    WorkloadsOpt,
     duration_s,
     load_plan,
     open_archive,
@@ -45,9 +49,12 @@ from kalena.core.stationkeeper import (
     Workloads,
     propose,
 )
+from kalena.docker import DEFAULT_ENDPOINT
 from kalena.ir.document import DeclDoc, WorkloadsDoc
 
-if TYPE_CHECKING:  # the Kubernetes client is imported only when --kubernetes asks for it
+if TYPE_CHECKING:  # the Kubernetes client and the Docker SDK are imported only when asked for
+    from kalena.docker.engine import Engine, TlsFiles
+    from kalena.docker.sizing import Applied, DockerPlan
     from kalena.k8s.recommend import Written
 
 _UNIT = {Knob.CPU: "cores", Knob.MEMORY: "GiB", Knob.REPLICAS: "replicas"}
@@ -67,8 +74,9 @@ def _to_kubernetes(
     from kalena.k8s.recommend import RecommendError, publish
 
     api = _core_api(kubeconfig).api_client
+    sizes = {w: {k: v for k, v in s.items() if k != Knob.REPLICAS.value} for w, s in settings.items()}
     try:
-        return publish(api, settings, apply)
+        return publish(api, {w: s for w, s in sizes.items() if s}, apply)
     except RecommendError as e:
         raise typer.Exit(_say_bad(f"kalena recommend: {e}", EXIT_CLUSTER)) from None
     except Exception as e:  # the apiserver does not answer
@@ -76,28 +84,46 @@ def _to_kubernetes(
 
 
 @dataclass(frozen=True, slots=True)
+class Plan:
+    """What is sized: the declarations, the archive id of each of their pods and its declaration,
+    and which declarations the replica loop may move (``None``: all of them, with --replicas)."""
+
+    doc: WorkloadsDoc
+    ids: list[str]
+    decl_of_pod: np.ndarray
+    replicable: np.ndarray | None = None
+
+
+def file_plan(workloads: Path) -> Plan:
+    doc, recorded_as = load_plan(workloads)
+    ids, decl_of_pod = plan_pods(doc, recorded_as)
+    return Plan(doc, ids, decl_of_pod)
+
+
+@dataclass(frozen=True, slots=True)
 class Recommendations:
     adjustments: list[Adjustment]
     window: dict[str, float]  # since, until
     outcomes: list[Outcome] | None  # with accept: what the archive's adjustment book made of each
-    settings: dict[str, dict[str, float]]  # per declaration: the cpu and memory it should have now
+    settings: dict[str, dict[str, float]]  # per declaration: the cpu, memory (and replicas) it should have
 
 
 def recommendations(
-    archive: str, workloads: Path, window: str, until: float | None, replicas: bool, accept: bool = False
+    archive: str, plan: Plan | Path, window: str, until: float | None, replicas: bool, accept: bool = False
 ) -> Recommendations:
     """The proposals over the window, what became of them, and each declaration's resulting per-pod
-    cpu and memory (the accepted settings, with this run's proposals on top unless refused)."""
+    cpu and memory, and replica count (the accepted settings, with this run's proposals on top
+    unless refused). ``plan``: a Workloads document's path, or the plan itself."""
     cfg = StationkeeperConfig()
     span_s = duration_s(window, "--window")
-    doc, recorded_as = load_plan(workloads)
-    ids, decl_of_pod = plan_pods(doc, recorded_as)
-    names = [d.full_name for d in doc.declarations]
+    if isinstance(plan, Path):
+        plan = file_plan(plan)
+    names = [d.full_name for d in plan.doc.declarations]
     with open_archive(archive) as a:
         start, end = window_of(a, archive, span_s, until)
-        w = a.window(ids, start, end)
+        w = a.window(plan.ids, start, end)
         book = a.book(names)
-        out = _propose(doc, w, decl_of_pod, book, replicas, cfg)
+        out = _propose(plan, w, book, replicas, cfg)
         outcomes = a.accept(out, time.time()) if accept else None
     now = {(w, k): v for (w, k), v in book.settings.items()}
     for i, adj in enumerate(out):
@@ -105,18 +131,17 @@ def recommendations(
             now[(adj.workload, adj.knob)] = adj.proposed
     settings: dict[str, dict[str, float]] = {}
     for (w, knob), v in now.items():
-        if knob is not Knob.REPLICAS:
-            settings.setdefault(w, {})["cpu" if knob is Knob.CPU else "memory"] = v
+        settings.setdefault(w, {})[knob.value] = v
     return Recommendations(out, {"since": start, "until": end}, outcomes, settings)
 
 
 def _propose(
-    doc: WorkloadsDoc, w: Window, decl_of_pod: np.ndarray, book: AdjustmentBook, replicas: bool,
-    cfg: StationkeeperConfig,
-) -> list[Adjustment]:  # fmt: skip
+    plan: Plan, w: Window, book: AdjustmentBook, replicas: bool, cfg: StationkeeperConfig
+) -> list[Adjustment]:
     """The loops over the plan's declarations, from each one's accepted setting (the plan's where
     none was accepted yet) at its current epoch."""
-    seen, q, counts, _ = pooled_quantiles(w, decl_of_pod, np.array([cfg.quantile]))
+    doc = plan.doc
+    seen, q, counts, _ = pooled_quantiles(w, plan.decl_of_pod, np.array([cfg.quantile]))
     n = len(doc.declarations)
     cpu_q = np.full(n, np.nan)
     mem_q = np.full(n, np.nan)
@@ -135,7 +160,7 @@ def _propose(
         cpu_request=[setting(d, Knob.CPU, d.requests.get("cpu", 0.0)) for d in doc.declarations],
         memory_request=[setting(d, Knob.MEMORY, d.requests.get("ram", 0.0)) for d in doc.declarations],
         replicas=reps,
-        managed=np.full(n, replicas),
+        managed=np.full(n, replicas) & (plan.replicable if plan.replicable is not None else True),
         # the whole workload's quantile, bounded by its replicas' (their peaks need not coincide)
         total_cpu_quantile=cpu_q * reps,
         cpu_quantile=cpu_q,
@@ -146,9 +171,47 @@ def _propose(
     return propose(work, cfg)
 
 
+def _docker_plan(endpoint: str, tls: TlsFiles | None, archive: str) -> tuple[Engine, DockerPlan]:
+    from kalena.docker.engine import Engine, EngineError, connect
+    from kalena.docker.sizing import docker_plan
+
+    with open_archive(archive) as a:
+        archived = a.workloads()
+    try:
+        engine = Engine(connect(endpoint, tls), endpoint)
+        return engine, docker_plan(engine, archived)
+    except EngineError as e:
+        raise typer.Exit(_say_bad(f"kalena recommend: {e}", EXIT_CLUSTER)) from None
+
+
+def _to_docker(
+    engine: Engine, plan: DockerPlan, archive: str, settings: dict[str, dict[str, float]]
+) -> list[Applied]:
+    """Write the settings onto the engine, each write an archive event ``resize`` (the audit)."""
+    from kalena.docker.engine import EngineError
+    from kalena.docker.sizing import apply_sizes
+
+    try:
+        done = apply_sizes(engine, plan, settings)
+    except EngineError as e:
+        raise typer.Exit(_say_bad(f"kalena recommend: {e}", EXIT_CLUSTER)) from None
+    now = time.time()
+    events = [
+        ArchiveEvent(now, "resize", None, d.workload, d.outcome.split(":")[0],
+                     {"target": plan.targets[d.workload].name, **d.fields})
+        for d in done if d.outcome != "unchanged" and d.workload in plan.targets
+    ]  # fmt: skip
+    with open_archive(archive) as a:
+        a.record_events(events)
+    return done
+
+
 def recommend(
     archive: ArchiveOpt,
-    workloads: WorkloadsOpt,
+    workloads: Annotated[
+        Path | None,
+        typer.Option(help="The Kuberina Workloads document the plan was made from (not with --docker)."),
+    ] = None,
     window: WindowOpt = "7d",
     until: UntilOpt = None,
     replicas: Annotated[
@@ -176,9 +239,22 @@ def recommend(
         typer.Option(
             "--apply",
             metavar="",
-            help="With --kubernetes: patch the Deployments' requests instead (a rollout).",
+            help="With --kubernetes: patch the Deployments' requests instead (a rollout). With --docker: "
+            "accept the proposals and write the accepted sizes (docker update / docker service update).",
         ),
     ] = False,
+    docker: Annotated[
+        bool,
+        typer.Option(
+            "--docker",
+            metavar="",
+            help="Size the engine's production: each Swarm service (on a manager) and plain container.",
+        ),
+    ] = False,
+    docker_host: agent_cli.DockerHost = DEFAULT_ENDPOINT,
+    tls_ca: agent_cli.TlsCa = None,
+    tls_cert: agent_cli.TlsCert = None,
+    tls_key: agent_cli.TlsKey = None,
     kubeconfig: Annotated[
         Path | None,
         typer.Option("--kubeconfig", envvar="KUBECONFIG", help="The cluster (default: in-cluster config)."),
@@ -186,13 +262,27 @@ def recommend(
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON and nothing else.")] = False,
 ) -> None:
     """The Stationkeeper's proposals for each declaration, with their evidence; with --kubernetes,
-    written for the cluster (as VPA recommendations, or applied with --apply)."""
-    if apply and not kubernetes:
-        raise typer.Exit(_say_bad("--apply: only with --kubernetes (Kalena applies nowhere else yet)"))
-    recs = recommendations(archive, workloads, window, until, replicas, accept)
+    written for the cluster (as VPA recommendations, or applied with --apply); with --docker --apply,
+    written onto the engine's services and containers."""
+    if kubernetes and docker:
+        raise typer.Exit(_say_bad("--kubernetes, --docker: one cluster at a time"))
+    if apply and not (kubernetes or docker):
+        raise typer.Exit(_say_bad("--apply: only with --kubernetes or --docker"))
+    if workloads is None and not docker:
+        raise typer.Exit(_say_bad("--workloads: required (or --docker: the engine's production is the plan)"))
+    if workloads is not None and docker:
+        raise typer.Exit(_say_bad("--workloads: not with --docker (the engine's production is the plan)"))
+    tls = agent_cli.tls_files(tls_ca, tls_cert, tls_key)
+    engine, plan = _docker_plan(docker_host, tls, archive) if docker else (None, None)
+    if plan is not None and apply:
+        accept = True  # only what the adjustment book accepts at its epoch is written
+    given = Plan(plan.doc, plan.ids, plan.decl_of_pod, plan.replicable) if plan is not None else workloads
+    assert given is not None
+    recs = recommendations(archive, given, window, until, replicas, accept)
     out, span, outcomes = recs.adjustments, recs.window, recs.outcomes
     said = [o.value for o in outcomes] if outcomes is not None else [None] * len(out)
     written = _to_kubernetes(recs.settings, kubeconfig, apply) if kubernetes else None
+    resized = _to_docker(engine, plan, archive, recs.settings) if plan is not None and apply else None
     if as_json:
         rows = [
             {
@@ -207,6 +297,10 @@ def recommend(
         if written is not None:
             doc["kubernetes"] = [{"workload": w.workload, "outcome": w.outcome, "containers": w.containers}
                                  for w in written]  # fmt: skip
+        if resized is not None:
+            doc["docker"] = [
+                {"workload": d.workload, "outcome": d.outcome, "fields": d.fields} for d in resized
+            ]
         typer.echo(json.dumps(doc, indent=2))
         return
     con = table_console()
@@ -217,6 +311,14 @@ def recommend(
         for w in written:
             if w.outcome not in ("vpa", "applied"):
                 con.print(f"  {w.workload}: {w.outcome}")
+    if resized is not None:
+        done = sum(d.outcome == "applied" for d in resized)
+        con.print(
+            f"{done:,} of {len(resized):,} sizes written to the engine (the rest already in force or refused)"
+        )
+        for d in resized:
+            if d.outcome not in ("applied", "unchanged"):
+                con.print(f"  {d.workload}: {d.outcome}")
     if not out:
         con.print("no proposals: every request is within 10 % of its p99 times its margin")
         return

@@ -261,9 +261,11 @@ class Engine:
         return True
 
     def update(self, ref: str, **resources: Any) -> None:
-        """``docker update``: ``cpu_quota``, ``cpu_period``, ``nano_cpus`` (as the API names them)."""
+        """``docker update``: ``cpu_quota``, ``cpu_period``, ``nano_cpus``, ``cpu_shares``,
+        ``memory_reservation`` (as the API names them), in one request."""
         body: dict[str, Any] = {}
-        names = {"cpu_quota": "CpuQuota", "cpu_period": "CpuPeriod", "nano_cpus": "NanoCpus"}
+        names = {"cpu_quota": "CpuQuota", "cpu_period": "CpuPeriod", "nano_cpus": "NanoCpus",
+                 "cpu_shares": "CpuShares", "memory_reservation": "MemoryReservation"}  # fmt: skip
         for k, v in resources.items():
             body[names[k]] = v
 
@@ -273,6 +275,17 @@ class Engine:
             self.api._raise_for_status(res)
 
         self._call(f"update {ref}", go)
+
+    def update_service(self, ref: str, version: int, spec: dict[str, Any]) -> None:
+        """``docker service update``: replace service ``ref``'s spec, if it is still at ``version``
+        (Swarm refuses an update against an older version: a racing writer loses, not both)."""
+
+        def go() -> None:
+            url = self.api._url("/services/{0}/update", ref)
+            res = self.api._post_json(url, data=spec, params={"version": version})
+            self.api._raise_for_status(res)
+
+        self._call(f"update service {ref}", go)
 
     def events(
         self, stop: threading.Event, on_open: Callable[[], None] | None = None
