@@ -10,6 +10,7 @@ SIGKILL would leave it, and a new one is made from the same store.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import shutil
@@ -20,9 +21,9 @@ import yaml
 from agent_testlib import make_fake_host
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_agent_loop import Harness, LiveReader
+from test_agent_loop import Harness, LiveReader, Telemetry
 
-from kalena.agent.archiving import series_rows
+from kalena.agent.archiving import ThrottledSince, series_rows
 from kalena.agent.dbstate import DbActionLog, DbStateStore, DbSubmissions
 from kalena.agent.declaration import parse_declaration
 from kalena.agent.loop import Agent
@@ -239,16 +240,72 @@ def test_an_estimate_becomes_archive_samples_with_what_was_not_finite_left_null(
         "node-a",
         20.0,
         {
-            "batch/j.1": ({"cpu": 0.25, "ram": 3.0, "disk.read": math.inf}, res),
-            "prod/web": ({"cpu": 9.0}, None),
+            "batch/j.1": ({"cpu": 0.25, "ram": 3.0, "disk.read": math.inf}, res, 1.5),
+            "prod/web": ({"cpu": 9.0}, None, None),
         },
     )
     by = {r[0]: r for r in rows}
-    assert by["batch/j.1"][:4] == ("batch/j.1", "node-a", 20.0, None)  # no throttled time from the agent
+    assert by["batch/j.1"][:4] == ("batch/j.1", "node-a", 20.0, 1.5)  # throttled seconds since the last
     usage, reservation = by["batch/j.1"][4:12], by["batch/j.1"][12:]
     assert usage == (0.25, 3.0, None, None, None, None, None, None)
     assert reservation == (1.0, 2.0, None, 4.0, None, 6.0, None, 8.0)
-    assert by["prod/web"][4:] == (9.0, *[None] * 15)
+    assert by["prod/web"][3:] == (None, 9.0, *[None] * 15)  # throttled time unknown: NULL, not 0
+
+
+def test_throttled_since_counts_from_the_previous_sample_and_never_makes_up_a_zero():
+    t = ThrottledSince()
+    assert t.take({"a": 5_000_000_000, "b": None}) == {}  # first samples: nothing to count from
+    assert t.take({"a": 7_500_000_000, "b": 1_000}) == {"a": 2.5}  # b's first counter
+    assert t.take({"a": 7_500_000_000, "b": 2_000}) == {"a": 0.0, "b": 1e-6}  # 0 measured is 0
+    assert t.take({"a": 1_000_000_000, "b": None}) == {}  # a restarted (a new cgroup); b not read
+    assert t.take({"a": 3_000_000_000, "b": 9_000}) == {"a": 2.0}  # b starts afresh
+    assert t.take({"b": 10_000}) == {"b": 1e-6}
+    assert t.take({"a": 4_000_000_000}) == {}  # a was not sampled last time: its baseline is gone
+
+
+class ThrottledTelemetry(Telemetry):
+    """The loop tests' counters, with a throttled-time counter growing at ``rate[wid]`` seconds a
+    second, given only where the agent asks for it (as the cgroup reader does)."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock)
+        self.rate: dict[str, float] = {}
+        self.asked: list[set[str]] = []
+
+    def counters(self, cgroups, now, throttling=()):
+        self.asked.append(set(throttling))
+        out = super().counters(cgroups, now, throttling)
+        return {
+            w: dataclasses.replace(
+                c,
+                throttled_ns=int(self.rate.get(w, 0.0) * (now - 10_000.0) * 1e9) if w in throttling else None,
+            )
+            for w, c in out.items()
+        }
+
+
+def test_estimates_carry_each_residents_throttled_seconds_since_the_last_into_the_stores_archive(dbharness):
+    h = dbharness()
+    h.telemetry = h.agent.telemetry = ThrottledTelemetry(h.clock)
+    h.telemetry.usage = {"prod/web": {"cpu": 0.5, "ram": 0.25}}
+    h.telemetry.rate = {"prod/web": 0.25, "batch/a.1": 0.5}
+    h.agent.start()
+    h.queue("a")
+    h.step()  # the first estimate (t = 10 001): admits a
+    h.telemetry.usage["batch/a.1"] = {"cpu": 0.1}
+    for _ in range(25):  # estimates every 10 s
+        h.step()
+    with Archive(h.db.path) as a:
+        rows = a.db.execute("SELECT workload, at, throttled_s FROM archive_samples ORDER BY workload, at")
+    by: dict[str, list[tuple[float, float | None]]] = {}
+    for w, at, thr in rows:
+        by.setdefault(w, []).append((at, thr))
+    assert [at for at, _ in by["prod/web"]] == [10_001.0, 10_011.0, 10_021.0]
+    assert [thr for _, thr in by["prod/web"]] == [None, pytest.approx(2.5), pytest.approx(2.5)]
+    assert by["batch/a.1"] == [(10_011.0, None), (10_021.0, pytest.approx(5.0))]  # admitted after 10 001
+    # every round asks batch's throttled time (anti-starvation), an estimate's every resident's
+    assert h.telemetry.asked[-1] == {"batch/a.1"} and h.telemetry.asked[-6] == {"prod/web", "batch/a.1"}
+    assert set(h.agent.meter.throttled_s()) == {"batch/a.1"}  # the starvation window stays batch's
 
 
 def test_evictions_throttles_and_caps_of_the_action_log_reach_the_archive(tmp_path):

@@ -4,10 +4,11 @@ one SQLite database, each save one transaction.
 * :class:`DbStateStore` is the agent's state store: a save writes, in one transaction, the
   state (the JSON of the file store, so a restart reads exactly what it saved), every job's row
   in ``jobs``, the lifecycle steps made since the last save, the submissions and cancel requests
-  the state now holds (taken), and the usage and reservation of the last estimate as samples
-  of the usage archive (:mod:`kalena.archive`, whose tables share the store's file; the agent
-  rolls it up every 5 minutes). A crash at any instant leaves all of it or none: a step is never
-  written without the state that made it, nor the state without its steps.
+  the state now holds (taken), and the usage, reservation and throttled time of the last
+  estimate as samples of the usage archive (:mod:`kalena.archive`, whose tables share the
+  store's file; the agent rolls it up every 5 minutes). A crash at any instant leaves all of it
+  or none: a step is never written without the state that made it, nor the state without its
+  steps.
 * :class:`DbSubmissions` is the agent's submission source over the store's queue (what
   ``kalena submit`` and ``kalena job cancel`` write).
 * :class:`DbActionLog` writes the action log into ``events``, evictions, throttles and caps also
@@ -24,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kalena.agent.actionlog import ActionLog
-from kalena.agent.archiving import Rollups, archived_event, series_of, series_rows
+from kalena.agent.archiving import Rollups, Series, archived_event, series_of, series_rows
 from kalena.agent.runtime import Intake, SubmissionError, parse_submission
 from kalena.agent.state import AgentState, JobRecord, state_bytes, state_of_bytes
 from kalena.archive import Archive
@@ -58,7 +59,7 @@ class DbStateStore:
         self._steps: dict[tuple[int, str], int] | None = None
         self._rows: dict[str, tuple[Any, ...]] = {}
         self._taken: list[tuple[str, int, str]] = []  # (table, seq, outcome) for the next save
-        self._series: list[tuple[float, dict[str, tuple[Mapping[str, float], list[float] | None]]]] = []
+        self._series: list[tuple[float, Series]] = []
         self._node: str | None = None
         self._events: list[tuple[str | None, dict[str, Any]]] = []  # (node, record)
         self.last_node: dict[str, Any] | None = None
@@ -81,10 +82,15 @@ class DbStateStore:
         self._taken.append((table, seq, outcome))
 
     def record_series(
-        self, now: float, usage: Mapping[str, Mapping[str, float]], reservations: Mapping[str, list[float]]
+        self,
+        now: float,
+        usage: Mapping[str, Mapping[str, float]],
+        reservations: Mapping[str, list[float]],
+        throttled_s: Mapping[str, float] | None = None,
     ) -> None:
-        """The estimate of ``now``: each workload's usage and reservation, written with the next save."""
-        self._series.append((now, series_of(usage, reservations)))
+        """The estimate of ``now``: each workload's usage, reservation and throttled seconds since
+        its previous sample (where known), written with the next save."""
+        self._series.append((now, series_of(usage, reservations, throttled_s)))
 
     def record_event(self, node: str | None, rec: dict[str, Any]) -> None:
         """An action-log record of ``node`` written with the next save (in its transaction)."""

@@ -4,7 +4,9 @@ One :meth:`Agent.step` is one mitigation round, in core calls (``kalena/core/REA
 
 1. intake submissions, finish evictions (SIGKILL after the grace), reap finished runs;
 2. sample every resident (telemetry -> usage); every ``estimate_interval_s``:
-   ``DecayEstimator.update_in_place`` on ``ledger.rows()`` -> ``ReservationUpdate``;
+   ``DecayEstimator.update_in_place`` on ``ledger.rows()`` -> ``ReservationUpdate``, and the
+   estimate (usage, reservation, throttled seconds since the last one) to the state store's
+   usage archive;
 3. ``view_from_ledger`` (this node, with usage, limits, start times, throttled time, evictions in
    flight and the kernel's signals) -> the core's ``node_round``, the same round the simulator runs
    for a whole cluster;
@@ -21,6 +23,7 @@ clock stamping fallback events (``monotonic``) is passed in too.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +35,7 @@ import numpy as np
 
 from kalena.agent import knobs
 from kalena.agent.actionlog import ActionLog, plan_summary, reason_json, why_throttled
+from kalena.agent.archiving import ThrottledSince
 from kalena.agent.batch import BatchRuns
 from kalena.agent.cgroupfs import CgroupReader
 from kalena.agent.config import AgentConfig
@@ -151,6 +155,9 @@ class Agent:
         # (used, kill level) bytes of the node; None: Kalena's root cgroup and its memory limit
         self.node_memory = node_memory
         self.meter = UsageMeter(config.policy.round.starvation_window_s)
+        # the archive's throttled seconds per sample: each resident's cpu.stat counter at an estimate
+        self.throttled_since = ThrottledSince()
+        self._throttled_ns: dict[str, int | None] = {}
         self.estimator = DecayEstimator(config.policy.decay)
         self.sources = EventSources(notifier, tree, writer, log, config, clock)
         self.state = AgentState(declaration.node.name)
@@ -341,7 +348,7 @@ class Agent:
             self._observe_placed(now)
         events = (*events, *self.sources.poll_fallbacks(now, self.monotonic()))
 
-        usage = self._sample(now)
+        usage = self._sample(now, archived=self._estimate_due(now))
         estimated = self._estimate(now, usage)
         view = self._view(usage, events)
         k = self.ledger.node_index[self.declaration.node.name]  # this node, by name
@@ -440,13 +447,24 @@ class Agent:
             copy=True,  # the StepReport keeps the decision (and its view) past this round's commitments
         )
 
-    def _sample(self, now: float) -> dict[str, dict[str, float]]:
+    def _sample(self, now: float, archived: bool = False) -> dict[str, dict[str, float]]:
+        """Every resident's usage. The throttled time is read for batch every round (the
+        anti-starvation window's, which is batch's only) and, in a round whose estimate goes to the
+        archive (``archived``), for every resident (production too: a cap, its own CPU limit)."""
         assert self.ledger is not None
         cgroups = self.cgroup_of()
         node = self.ledger.node_index[self.declaration.node.name]
         residents = [w.id for w in self.ledger.workloads_on(node) if w.id in cgroups]
         batch = self.batch.running()
-        counters = self.telemetry.counters({w: cgroups[w] for w in residents}, now, throttling=batch)
+        counters = self.telemetry.counters(
+            {w: cgroups[w] for w in residents}, now, throttling=set(residents) if archived else batch
+        )
+        if archived:
+            self._throttled_ns = {w: c.throttled_ns for w, c in counters.items()}
+            counters = {
+                w: c if w in batch or c.throttled_ns is None else dataclasses.replace(c, throttled_ns=None)
+                for w, c in counters.items()
+            }
         usage = self.meter.update(counters)
         for wid in usage:
             self.state.first_seen.setdefault(wid, now)
@@ -482,16 +500,22 @@ class Agent:
         out.update({wid: j.started_at for wid, j in self.batch.running().items() if j.started_at is not None})
         return out
 
-    def _estimate(self, now: float, usage: Mapping[str, Mapping[str, float]]) -> bool:
+    def _estimate_due(self, now: float) -> bool:
         last = self.state.last_estimate
-        if last is not None and now - last < self.config.estimate_interval_s:
+        return last is None or now - last >= self.config.estimate_interval_s
+
+    def _estimate(self, now: float, usage: Mapping[str, Mapping[str, float]]) -> bool:
+        if not self._estimate_due(now):
             return False
         assert self.ledger is not None
+        last = self.state.last_estimate
         dt = now - last if last is not None else self.config.estimate_interval_s
         reservations, _ = estimate(self.ledger, self.estimator, usage, self._started_at(), now, dt)
         self.state.reservations = reservations
         self.state.last_estimate = now
-        self.store.record_series(now, usage, reservations)
+        throttled = self.throttled_since.take(self._throttled_ns)
+        self._throttled_ns = {}
+        self.store.record_series(now, usage, reservations, throttled)
         self.store.record_node(now, self.slack_view(now, usage))
         self.sources.rearm(now)
         return True

@@ -105,7 +105,11 @@ class StatePort(Protocol):
     def discard_temp_files(self) -> None: ...
 
     def record_series(
-        self, now: float, usage: Mapping[str, Mapping[str, float]], reservations: Mapping[str, list[float]]
+        self,
+        now: float,
+        usage: Mapping[str, Mapping[str, float]],
+        reservations: Mapping[str, list[float]],
+        throttled_s: Mapping[str, float] | None = None,
     ) -> None: ...
 
     def record_node(self, now: float, status: Mapping[str, Any]) -> None: ...

@@ -380,12 +380,17 @@ class StateStore:
         return True
 
     def record_series(
-        self, now: float, usage: Mapping[str, Mapping[str, float]], reservations: Mapping[str, list[float]]
+        self,
+        now: float,
+        usage: Mapping[str, Mapping[str, float]],
+        reservations: Mapping[str, list[float]],
+        throttled_s: Mapping[str, float] | None = None,
     ) -> None:
-        """The state file keeps no usage or reservation series; the archive tap, if any, writes
-        them to its usage archive (on Kalena's store they go into the store: :mod:`.dbstate`)."""
+        """The state file keeps no usage, reservation or throttled-time series; the archive tap, if
+        any, writes them to its usage archive (on Kalena's store they go into the store:
+        :mod:`.dbstate`)."""
         if self.tap is not None:
-            self.tap.series(now, usage, reservations)
+            self.tap.series(now, usage, reservations, throttled_s)
 
     def record_node(self, now: float, status: Mapping[str, Any]) -> None:
         """Nor the node's slack view (the store does)."""
