@@ -165,3 +165,50 @@ def test_a_long_window_reads_whole_hours_hourly_and_many_workloads_in_chunks(tmp
         alone = a.window([many[299], many[3]], 1800.0, 7200.0)
         assert np.allclose(alone.usage.knots[0], w.usage.knots[299], rtol=1e-9, equal_nan=True)
         assert np.allclose(alone.usage.knots[1], w.usage.knots[3], rtol=1e-9, equal_nan=True)
+
+
+def _where_at(t: float) -> dict[str, str]:
+    """Where W runs at ``t``: api on n1; db on n1, on n2 in the second hour; cache on n2, gone
+    from 1800 s to 7200 s (longer than a placement gap)."""
+    out = {"api": "n1", "db": "n2" if 3600.0 <= t < 7200.0 else "n1"}
+    if not 1800.0 <= t < 7200.0:
+        out["cache"] = "n2"
+    return out
+
+
+def test_placements_keep_where_each_workload_ran_past_the_raw_samples(archive_url: str) -> None:
+    keep = Retention(raw_s=600.0, five_min_s=2 * 3600.0, hour_s=10 * 3600.0)
+    rng = np.random.default_rng(3)
+    with Archive(archive_url, keep) as a:
+        for k in range(240):  # four hours at 60 s, rolled every 5 minutes as an agent does
+            placed = _where_at(k * 60.0)
+            u = rng.lognormal(0.0, 0.3, (len(placed), 8))
+            a.record(k * 60.0, list(placed.values()), list(placed), u, u)
+            if k % 5 == 4:
+                a.compact(k * 60.0)
+        a.compact(4 * 3600.0 + 600.0)  # everything rolled; every raw sample past retention
+        assert a.db.execute("SELECT count(*) FROM archive_samples")[0][0] == 0
+        rows = a.db.execute("SELECT workload, node, first_at, last_at FROM archive_placements")
+        assert sorted((w, n, float(f), float(t)) for w, n, f, t in rows) == [
+            ("api", "n1", 0.0, 14340.0),
+            ("cache", "n2", 0.0, 1740.0),
+            ("cache", "n2", 7200.0, 14340.0),  # a new interval after the gap, on the same node
+            ("db", "n1", 0.0, 3540.0),
+            ("db", "n1", 7200.0, 14340.0),
+            ("db", "n2", 3600.0, 7140.0),
+        ]
+        assert a.placements(W, 0.0, 4 * 3600.0) == {"api": ("n1",), "db": ("n1", "n2"), "cache": ("n2",)}
+        assert a.placements(W, 4000.0, 7000.0) == {"api": ("n1",), "db": ("n2",)}  # cache ran nowhere
+        assert a.placements(["db", "nobody"], 3000.0, 3700.0) == {"db": ("n1", "n2")}
+        # merged with the raw samples the rollup has not reached: db moves to n3
+        a.record(15000.0, "n3", ["db"], np.ones((1, 8)))
+        assert a.placements(W, 14000.0, 16000.0) == {"api": ("n1",), "db": ("n1", "n3"), "cache": ("n2",)}
+        # kept as long as the hourly buckets: what ended 10 hours before goes
+        a.compact(7140.0 + 10 * 3600.0 + 1.0)
+        rows = a.db.execute("SELECT workload, node, first_at, last_at FROM archive_placements")
+        assert sorted((w, n, float(f), float(t)) for w, n, f, t in rows) == [
+            ("api", "n1", 0.0, 14340.0),
+            ("cache", "n2", 7200.0, 14340.0),
+            ("db", "n1", 7200.0, 14340.0),
+            ("db", "n3", 15000.0, 15000.0),
+        ]

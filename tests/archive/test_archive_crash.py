@@ -94,3 +94,9 @@ def test_sigkill_loses_no_acknowledged_record_and_half_writes_none(archive_url: 
                     counts[key] = counts.get(key, 0) + 1
         stored = {(w, s): int(c) for w, s, c in zip(name, start, stats[:, 0, 0, 0], strict=True)}
         assert stored == counts
+        # and the placements with them: each workload on node-a from its first rolled sample to its
+        # last (the records a crash skipped leave gaps of a few steps, far below a placement gap)
+        rolled = [at for at in by_at if at < done]
+        placed = a.db.execute("SELECT workload, node, first_at, last_at FROM archive_placements")
+        want = [(w, "node-a", min(rolled), max(rolled)) for w in WORKLOADS]
+        assert sorted((w, n, float(f), float(t)) for w, n, f, t in placed) == want

@@ -12,6 +12,12 @@ Three levels, each rolled from the one below by :meth:`Archive.compact` and kept
 
 ``archive_events`` (evictions, throttles, OOM kills, limit breaches, each with its cause) are kept
 400 days. A window read (:meth:`Archive.window`) uses each level where the finer one is gone.
+
+Buckets do not keep the node. ``archive_placements`` does: where each workload ran, as intervals
+``[first_at, last_at]`` of its samples on one node (a move to another node, or more than
+:data:`PLACEMENT_GAP_S` without a sample, starts a new one), written from the samples each
+rollup rolls, so it outlives the raw samples; kept as long as the hourly buckets.
+:meth:`Archive.placements` reads it together with the raw samples not rolled yet.
 The tables are prefixed, so an archive can share a file with the node agent's store.
 
 Every write is one transaction: a record is either all there or absent, and :meth:`record`
@@ -51,6 +57,9 @@ _K = len(KNOT_LEVELS)
 CHUNK = 256
 #: A bucket width that puts every start into one slot (a window read merges each workload whole).
 _WHOLE = 1e18
+#: A workload with no sample for longer than this starts a new placement interval even on the same
+#: node (so an interval never claims a long stretch in which it ran nowhere).
+PLACEMENT_GAP_S = LEVELS[1]
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -72,6 +81,11 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS archive_adjustments (workload TEXT NOT NULL, epoch INTEGER NOT NULL,"
     " knob TEXT NOT NULL, current_value DOUBLE PRECISION NOT NULL, proposed DOUBLE PRECISION NOT NULL,"
     " at DOUBLE PRECISION NOT NULL, evidence TEXT NOT NULL, PRIMARY KEY (workload, epoch))",
+    # where each workload ran (buckets do not keep the node): intervals of its rolled samples
+    "CREATE TABLE IF NOT EXISTS archive_placements (workload TEXT NOT NULL, node TEXT NOT NULL,"
+    " first_at DOUBLE PRECISION NOT NULL, last_at DOUBLE PRECISION NOT NULL,"
+    " PRIMARY KEY (workload, node, first_at))",
+    "CREATE INDEX IF NOT EXISTS archive_placements_last ON archive_placements(last_at)",
 )
 
 
@@ -356,6 +370,7 @@ class Archive:
             db.execute("DELETE FROM archive_buckets WHERE level = 3600 AND start < ?", (b1_cut,))
             de = self._count("archive_events", "at < ?", now - r.events_s)
             db.execute("DELETE FROM archive_events WHERE at < ?", (now - r.events_s,))
+            db.execute("DELETE FROM archive_placements WHERE last_at < ?", (b1_cut,))
         return Compacted(n5, n1, ds, db5 + db1, de)
 
     def _count(self, table: str, where: str, value: float) -> int:
@@ -387,8 +402,53 @@ class Archive:
         since, upto = span
         names, t, thr, use, res = self._samples("at >= ? AND at < ?", (since, upto))
         n = self._write_buckets(width, names, t, thr, use, res)
+        self._place(since, upto)
         self._set_mark("rolled_300", upto)
         return n
+
+    def _place(self, since: float, upto: float) -> None:
+        """The placements of the samples in ``[since, upto)`` (being rolled): each workload's runs of
+        samples on one node, the first one continuing its latest stored interval where that is
+        on the same node and no more than :data:`PLACEMENT_GAP_S` before it."""
+        rows = self.db.execute(
+            "SELECT workload, node, at FROM archive_samples WHERE at >= ? AND at < ?", (since, upto)
+        )
+        if not rows:
+            return
+        wids, w = np.unique(np.array([r[0] for r in rows], dtype=object), return_inverse=True)
+        nodes, n = np.unique(np.array([r[1] for r in rows], dtype=object), return_inverse=True)
+        t = np.array([r[2] for r in rows], dtype=np.float64)
+        order = np.lexsort((n, t, w))  # by workload, then time (then node: ties in one order)
+        w, n, t = w[order], n[order], t[order]
+        new = np.ones(len(t), dtype=bool)
+        new[1:] = (w[1:] != w[:-1]) | (n[1:] != n[:-1]) | (t[1:] - t[:-1] > PLACEMENT_GAP_S)
+        starts = np.flatnonzero(new)
+        ends = np.append(starts[1:], len(t)) - 1
+        latest: dict[str, tuple[str, float, float]] = {}  # workload -> its latest stored interval
+        for wid, node, first, last in self.db.execute(
+            "SELECT workload, node, first_at, last_at FROM archive_placements WHERE last_at >= ?",
+            (since - PLACEMENT_GAP_S,),
+        ):
+            if str(wid) not in latest or float(last) > latest[str(wid)][2]:
+                latest[str(wid)] = (str(node), float(first), float(last))
+        extend, insert = [], []
+        for k, (i, j) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+            wid, node = str(wids[w[i]]), str(nodes[n[i]])
+            prev = latest.get(wid) if k == 0 or w[i] != w[starts[k - 1]] else None
+            if prev is not None and prev[0] == node and t[i] - prev[2] <= PLACEMENT_GAP_S:
+                extend.append((float(t[j]), wid, node, prev[1]))
+            else:
+                insert.append((wid, node, float(t[i]), float(t[j])))
+        if extend:
+            self.db.executemany(
+                "UPDATE archive_placements SET last_at = ? WHERE workload = ? AND node = ? AND first_at = ?",
+                extend,
+            )
+        if insert:
+            self.db.executemany(
+                "INSERT INTO archive_placements(workload, node, first_at, last_at) VALUES (?, ?, ?, ?)",
+                insert,
+            )
 
     def _samples(
         self, where: str, args: Sequence[Any], workloads: Sequence[str] = ()
@@ -486,6 +546,27 @@ class Archive:
         if not los:
             return None
         return min(los), float(hi) if hi is not None else float(b[1])
+
+    def placements(self, workloads: Sequence[str], since: float, until: float) -> dict[str, tuple[str, ...]]:
+        """The nodes each of ``workloads`` ran on in ``[since, until)`` (sorted; a workload seen
+        nowhere is absent): the placement intervals of the rolled samples that overlap the window
+        (exact to the gaps between a workload's samples, at most :data:`PLACEMENT_GAP_S`) and the
+        nodes of the raw samples still kept. :data:`CHUNK` workloads at a time."""
+        names = list(dict.fromkeys(str(w) for w in workloads))
+        found: dict[str, set[str]] = {}
+        for k in range(0, len(names), CHUNK):
+            chunk = names[k : k + CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            rows = self.db.execute(
+                "SELECT DISTINCT workload, node FROM archive_placements"
+                f" WHERE first_at < ? AND last_at >= ? AND workload IN ({marks})"
+                " UNION SELECT DISTINCT workload, node FROM archive_samples"
+                f" WHERE at >= ? AND at < ? AND workload IN ({marks})",
+                (until, since, *chunk, since, until, *chunk),
+            )
+            for w, node in rows:
+                found.setdefault(str(w), set()).add(str(node))
+        return {w: tuple(sorted(found[w])) for w in names if w in found}
 
     def events(
         self, since: float = -math.inf, until: float = math.inf, workloads: Sequence[str] = ()
