@@ -14,6 +14,7 @@ from archive_testlib import WORKLOADS, record
 from typer.testing import CliRunner
 
 from kalena.archive import Archive
+from kalena.archive.export import export_observed
 from kalena.cli.main import app
 from kalena.ir.document import WorkloadsDoc
 from kalena.ir.load import parse_document, read_document
@@ -57,7 +58,16 @@ def test_export_writes_observed_blocks_that_read_back_unchanged(tmp_path: Path) 
     assert wl["shop/api"]["exceeded_limit_events"] == 1
     assert wl["shop/db"]["reservation_p95"] == {"cpu": 2.0, "ram": 8.0}
     assert wl["shop/api"]["samples"] == 360
-    assert report["nodes"] == {"n1": {"evictions": 1}}
+    # n1's slack yield: api (2 - 2, 4 - 4), each db (1 - 2, 8 - 8); reserved above the request: < 0
+    assert report["nodes"] == {
+        "n1": {
+            "evictions": 1,
+            "workloads": 3,
+            "requests": {"cpu": 4.0, "ram": 20.0},
+            "slack_yield": {"cpu": -2.0, "ram": 0.0},
+            "slack_yield_fraction": {"cpu": -0.5, "ram": 0.0},
+        }
+    }
     # a higher threshold: drift reported, no re-plan asked for
     r = CliRunner().invoke(
         app,
@@ -67,6 +77,66 @@ def test_export_writes_observed_blocks_that_read_back_unchanged(tmp_path: Path) 
     assert r.exit_code == 0, r.output
     report = json.loads((tmp_path / "plan" / "observed.report.json").read_text())
     assert report["replan_recommended"] is False and report["recommendation"] is None
+
+
+def test_the_report_gives_each_nodes_slack_yield_from_placements_that_outlive_the_samples(
+    archive_url: str,
+) -> None:
+    """api runs on n1, db-0000 on n1 for an hour and then on n2, db-0001 on n2, a pod of another
+    document on n1; reservations vary (db-0001's ram unknown for its first half hour). Per node and
+    dimension, the yield is the sum over the document's pods that ran there of (request - mean
+    reservation over the window), computed here with NumPy from the recorded samples; the same
+    figures come back once the raw samples are rolled up and gone."""
+    doc = parse_document(WORKLOADS)
+    assert isinstance(doc, WorkloadsDoc)
+    pods = ["shop/api-0", "shop/db-0000", "shop/db-0001", "other/x-0"]
+    requests = {"shop/api-0": (2.0, 4.0), "shop/db-0000": (1.0, 8.0), "shop/db-0001": (1.0, 8.0)}
+    rng = np.random.default_rng(11)
+    t = np.arange(180) * 60.0  # three hours
+    res = rng.uniform([0.5, 2.0], [3.0, 9.0], (len(t), len(pods), 2))
+    res[t < 1800.0, 2, 1] = np.nan
+    node = np.array([["n1", "n2" if x >= 3600.0 else "n1", "n2", "n1"] for x in t])
+    with Archive(archive_url) as a:
+        for k, at in enumerate(t):
+            use = np.full((len(pods), 8), np.nan)
+            use[:, :2] = res[k] / 2
+            r = np.full((len(pods), 8), np.nan)
+            r[:, :2] = res[k]
+            a.record(float(at), node[k].tolist(), pods, use, r)
+
+    def expected(since: float, until: float) -> dict[str, dict[str, dict[str, float]]]:
+        inw = (t >= since) & (t < until)
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for j, pod in enumerate(pods[:3]):
+            mean = np.nanmean(res[inw, j], axis=0)
+            for n in sorted(set(node[inw, j].tolist())):
+                e = out.setdefault(n, {"requests": {}, "slack_yield": {}})
+                for d, dim in enumerate(("cpu", "ram")):
+                    e["requests"][dim] = e["requests"].get(dim, 0.0) + requests[pod][d]
+                    e["slack_yield"][dim] = e["slack_yield"].get(dim, 0.0) + requests[pod][d] - mean[d]
+        return out
+
+    def check(since: float, until: float, workloads: dict[str, int]) -> None:
+        with Archive(archive_url) as a:
+            nodes = export_observed(a, doc, since, until).report["nodes"]
+        want = expected(since, until)
+        assert sorted(nodes) == sorted(want)
+        for n, e in want.items():
+            got = nodes[n]
+            assert got["evictions"] == 0 and got["workloads"] == workloads[n]
+            assert got["requests"] == pytest.approx(e["requests"])
+            assert got["slack_yield"] == pytest.approx(e["slack_yield"], rel=1e-5)
+            frac = {d: e["slack_yield"][d] / e["requests"][d] for d in e["requests"]}
+            assert got["slack_yield_fraction"] == pytest.approx(frac, rel=1e-5, abs=1e-6)
+
+    check(0.0, 3 * 3600.0, {"n1": 2, "n2": 2})  # db-0000 counts at both, with its whole window's mean
+    check(7200.0, 3 * 3600.0, {"n1": 1, "n2": 2})  # db-0000 on n2 only
+    with Archive(archive_url) as a:
+        a.compact(10 * 3600.0)  # every hour rolled; the raw samples (6 hours) gone
+        assert a.db.execute("SELECT count(*) FROM archive_samples")[0][0] == 0
+    check(0.0, 3 * 3600.0, {"n1": 2, "n2": 2})
+    check(7200.0, 3 * 3600.0, {"n1": 1, "n2": 2})
+    check(1800.0, 9000.0, {"n1": 2, "n2": 2})  # an hourly bucket with 5-minute ones around it
 
 
 def test_the_simulators_archive_exports_for_irina(tmp_path: Path) -> None:

@@ -7,8 +7,9 @@ For each declaration of a Kuberina Workloads document, over a window:
   request, the largest over the requested dimensions), written into a copy of the document that
   Kalena's own reader (closed schema) reads back;
 * beside it, in a JSON report: the reservation's p50/p95/p99, the burst frequency per dimension,
-  limit breaches, evictions by cause, per-node evictions, throttled time and blueprint drift D per
-  dimension with the re-plan recommendation when D reaches the threshold. Kalena never re-plans.
+  limit breaches, evictions by cause, throttled time and blueprint drift D per dimension with the
+  re-plan recommendation when D reaches the threshold; per node, its evictions and the slack its
+  workloads' reservations yielded (:func:`node_slack`). Kalena never re-plans.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import dataclasses
 import datetime as dt
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,48 @@ def pooled_quantiles(
     counts = np.zeros((len(seen), NDIM), dtype=np.int64)
     np.add.at(counts, np.searchsorted(seen, pooled.group), pooled.count)
     return seen, q, counts, pooled
+
+
+def node_slack(
+    placed: Mapping[str, tuple[str, ...]],
+    pods: list[str],
+    pod_requests: np.ndarray,
+    w: Window,
+    also: Collection[str] = (),
+) -> dict[str, dict[str, Any]]:
+    """Per node, what the reservations of the pods that ran there (``placed``) yielded over the
+    window: ``slack_yield``, per dimension, the sum over those pods of (request - mean
+    reservation), only dimensions with a request and a reservation recorded; ``requests``, their
+    summed requests on the same dimensions; ``slack_yield_fraction``, the one over the other;
+    ``workloads``, how many pods ran there. A pod's mean reservation is its whole window's (the
+    buckets do not keep the node): one that moved counts whole at every node it ran on. Nodes in
+    ``also`` (those with evictions) are there even where none of the pods ran in the window."""
+    mean = np.full((len(pods), NDIM), np.nan)
+    b = w.reservation
+    mean[b.group] = np.where(b.count > 0, b.mean, np.nan)
+    index = {p: i for i, p in enumerate(pods)}
+    nodes = sorted({n for p in pods for n in placed.get(p, ())} | set(also))
+    at = {n: k for k, n in enumerate(nodes)}
+    pairs = np.array([(index[p], at[n]) for p in pods for n in placed.get(p, ())], dtype=np.int64)
+    pairs = pairs.reshape(-1, 2)
+    req = pod_requests[pairs[:, 0]]
+    res = mean[pairs[:, 0]]
+    ok = np.isfinite(req) & (req > 0) & np.isfinite(res)
+    yielded = np.zeros((len(nodes), NDIM))
+    summed = np.zeros((len(nodes), NDIM))
+    np.add.at(yielded, pairs[:, 1], np.where(ok, req - res, 0.0))
+    np.add.at(summed, pairs[:, 1], np.where(ok, req, 0.0))
+    count = np.bincount(pairs[:, 1], minlength=len(nodes))
+    out = {}
+    for k, n in enumerate(nodes):
+        dims = np.flatnonzero(summed[k] > 0)
+        out[n] = {
+            "workloads": int(count[k]),
+            "requests": {DIMS[d]: float(f"{summed[k, d]:.6g}") for d in dims},
+            "slack_yield": {DIMS[d]: float(f"{yielded[k, d]:.6g}") for d in dims},
+            "slack_yield_fraction": {DIMS[d]: round(float(yielded[k, d] / summed[k, d]), 6) for d in dims},
+        }
+    return out
 
 
 def export_observed(
@@ -146,6 +189,7 @@ def export_observed(
     for entry in out.values():
         entry.setdefault("evictions", {})
         entry.setdefault("exceeded_limit_events", 0)
+    slack = node_slack(archive.placements(ids, since, until), ids, pod_req, w, also=per_node)
     crossed = [DIMS[d] for d in range(NDIM) if math.isfinite(d_all[d]) and d_all[d] >= drift_threshold]
     report = {
         "window": {"since": since, "until": until, "read_from": list(w.levels)},
@@ -158,7 +202,7 @@ def export_observed(
             if crossed
             else None
         ),
-        "nodes": {n: {"evictions": c} for n, c in sorted(per_node.items())},
+        "nodes": {n: {"evictions": per_node.get(n, 0), **slack[n]} for n in sorted(slack)},
         "workloads": dict(sorted(out.items())),
     }
     return Export(dataclasses.replace(doc, declarations=tuple(decls)), report)
