@@ -121,6 +121,8 @@ def test_appended_rows_start_empty_and_selected_rows_keep_their_window() -> None
     state = workload(est)
     feed(est, state, [3.0])
     state = append_rows(state, workload(est, request=5.0))
+    # whatever the shared head (here 1), the new row's sliding top-k is empty, as its window
+    assert state.head == 1 and np.isnan(state.prefix[:, 1]).all() and np.isnan(state.suffix[:, :, 1]).all()
     r = est.update_in_place(state, np.array([row(1.0), row(NAN)]), 10.0, 10.0)
     assert r[:, CPU].tolist() == [pytest.approx(2.98), 5.0]  # [3 1]: 1 + 0.99*2; new row: no sample, R
     kept = select_rows(state, [False, True])

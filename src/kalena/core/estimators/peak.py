@@ -21,12 +21,23 @@ not raise r to m*u at once: the p99 deliberately discounts the rarest spike.
 
 **Incremental and exact.** A high quantile needs only the window's top few samples: with n valid
 samples, p_q reads the sorted samples at ranks floor(q(n-1)) and one above, i.e. at most
-``k = max_n (n - floor(q(n-1)))`` from the top (2 for q = 0.99 and K = 90). Each row keeps its
-window's c largest values (c <= k + 2) with the ring slots they sit in. A departing cached value
-leaves the cache; the new sample goes in where it beats the c-th (a few rows a tick); only rows
-left with fewer than k re-read their window; the quantile is then two column reads. The result
-equals the full sort bit for bit (same samples, same float32 values, same arithmetic). Where k is
-large (a low quantile), the full sort per update is used instead.
+``k = max_n (n - floor(q(n-1)))`` from the top (2 for q = 0.99 and K = 90). The top-k of a sliding
+window is kept by the van Herk/Gil-Werman scheme, with no slot bookkeeping: ``prefix`` holds the
+top-k of the samples written since the last *flip*, ``suffix[j]`` the top-k of ring slots j..K-1
+as of that flip. When the head wraps to slot 0 the ring holds the last K samples in slot order;
+the flip then recomputes ``suffix`` backwards over the ring (K merges of one sample into a top-k)
+and empties ``prefix``. Between flips, with the head at h, slots h..K-1 still hold what they held
+at the flip and slots 0..h-1 what came since, so the window's top-k is merge(prefix, suffix[h]).
+An update therefore costs one insertion into ``prefix`` (2k - 1 elementwise passes) and one merge
+(k^2 passes; 3 and 4 for k = 2), and once every K updates a flip costs K insertions, i.e. K merges
+(K (2k - 1) passes over the (W, 8) cells, writing the whole suffix: about six ordinary updates at
+100,000 workloads, once in K, so the slowest update is several times the median). NaN is
+"no sample" throughout: ``np.minimum`` propagates it and ``np.fmax`` ignores it, which is exactly
+the arithmetic of top-k lists padded with absent values. The quantile is then two reads of the
+merged top-k; the result equals the full sort bit for bit (same samples, same float32 values, same
+float64 arithmetic lo + frac * (hi - lo)). Where k is large (a low quantile), the full sort per
+update is used instead. The price is memory: the suffix stores k values per slot, so a workload
+holds window + suffix + prefix, about (1 + k) x K x 8 x 4 B (8.6 KB at K = 90, k = 2).
 """
 
 from __future__ import annotations
@@ -55,9 +66,6 @@ DEFAULT_WINDOW = 90
 _BLOCK = 1024
 #: The most top samples the quantile may need for the incremental path; beyond it, the full sort.
 MAX_TOP = 8
-#: Samples kept beyond the k needed: a row re-reads its window only when departures leave it with
-#: fewer than k, not at every departure of one of its top k.
-SPARE_TOP = 2
 
 
 class MarginClass(enum.IntEnum):
@@ -105,18 +113,19 @@ class PeakState(EstimatorState):
     window: np.ndarray  # (K, W, 8) float32 ring of samples, NaN = none
     n_valid: np.ndarray  # (W, 8) int32 samples in the window
     margin: np.ndarray  # (W,) float64 m_class
-    top: np.ndarray  # (W, 8, C) float32 the window's c largest samples, descending; -inf past c
-    top_slot: np.ndarray  # (W, 8, C) int32 the ring slot of each; -1 past c
-    top_count: np.ndarray  # (W, 8) int8 c: how many of the window's largest ``top`` holds
-    top_floor: np.ndarray  # (W, 8) float32 the c-th of them (what a new sample must beat); -inf: c = 0
+    # k = 0 columns below: every update sorts the window (a low quantile; :func:`full_sort`)
+    prefix: np.ndarray  # (k, W, 8) float32 top-k of the samples since the last flip, descending, NaN = none
+    suffix: np.ndarray  # (K, k, W, 8) float32 suffix[j]: top-k of ring slots j..K-1 at the last flip
+    merged: np.ndarray  # (k, W, 8) float32 scratch: the window's top-k during an update
     head: int = 0  # next ring slot, shared by all rows
 
-    ROW_AXES: ClassVar[dict[str, int]] = {"window": 1}
+    ROW_AXES: ClassVar[dict[str, int]] = {"window": 1, "prefix": 1, "suffix": 2, "merged": 1}
 
 
 @dataclass(frozen=True, slots=True)
 class PeakWithMargin(EstimatorBase[PeakState]):
-    """Memory per workload: the window, 8 x K x 4 B (2.9 KB at K = 90), plus about 310 B."""
+    """Memory per workload: the window, 8 x K x 4 B (2.9 KB at K = 90), its suffix top-k, k times
+    that (5.8 KB at k = 2), plus about 440 B (prefix, scratch and the shared rows)."""
 
     params: PeakParams = field(default_factory=PeakParams)
 
@@ -130,37 +139,34 @@ class PeakWithMargin(EstimatorBase[PeakState]):
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(f"classes[{i}] must be a MarginClass code 0, 1 or 2, got {cls[i].item()!r}")
+        size = self.params.window
         k = self.params.top_needed()
-        k = 0 if k > MAX_TOP else min(k + SPARE_TOP, self.params.window)  # 0: the full sort
+        k = 0 if k > MAX_TOP else k  # 0: the full sort
         return PeakState(
             **rows,
-            window=np.full((self.params.window, w, d), np.nan, dtype=np.float32),
+            window=np.full((size, w, d), np.nan, dtype=np.float32),
             n_valid=np.zeros((w, d), dtype=np.int32),
             margin=self.params.margins()[cls.astype(np.intp)],
-            top=np.full((w, d, k), -np.inf, dtype=np.float32),
-            top_slot=np.full((w, d, k), -1, dtype=np.int32),
-            top_count=np.zeros((w, d), dtype=np.int8),
-            top_floor=np.full((w, d), -np.inf, dtype=np.float32),
+            prefix=np.full((k, w, d), np.nan, dtype=np.float32),
+            suffix=np.full((size, k, w, d), np.nan, dtype=np.float32),
+            merged=np.full((k, w, d), np.nan, dtype=np.float32),
         )
 
     def update_in_place(self, state: PeakState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
         check_step(state, usage, now, dt)
         hold = held_rows(state, now)
         head = state.head
-        new = usage.astype(np.float32)
-        if hold.any():  # held rows record nothing (base rule 3)
-            new[hold] = np.nan
         slot = state.window[head]  # (W, 8): the oldest sample, about to be overwritten
-        state.n_valid += np.isnan(slot).view(np.int8)
-        state.n_valid -= np.isnan(new).view(np.int8)
-        slot[...] = new
+        state.n_valid += np.isnan(slot, out=state.missing).view(np.int8)  # ``missing``: scratch here
+        np.copyto(slot, usage, casting="same_kind")  # float64 -> float32, as the full sort reads it
+        if hold.any():  # held rows record nothing (base rule 3)
+            slot[hold] = np.nan
+        state.n_valid -= np.isnan(slot, out=state.missing).view(np.int8)
         state.head = (head + 1) % state.window.shape[0]
 
         est = state.spare
-        if state.top.shape[2]:
-            k = self.params.top_needed()
-            _update_top(state, new, head, k)
-            top_quantile(state.top[..., :k], state.n_valid, self.params.quantile, out=est)
+        if state.prefix.shape[0]:
+            top_quantile(_advance(state, slot), state.n_valid, self.params.quantile, out=est)
         else:
             for lo in range(0, state.n, _BLOCK):
                 hi = min(lo + _BLOCK, state.n)
@@ -168,170 +174,122 @@ class PeakWithMargin(EstimatorBase[PeakState]):
                 block = np.ascontiguousarray(np.moveaxis(state.window[:, lo:hi], 0, -1))
                 est[lo:hi] = window_quantile(block, state.n_valid[lo:hi], self.params.quantile)
         np.multiply(est, state.margin[:, None], out=est)
-        empty = state.n_valid == 0
-        if empty.any():  # no sample yet: hold r (r_0 = R)
-            np.copyto(est, state.reservation, where=empty)
+        if int(state.n_valid.min(initial=1)) == 0:  # no sample yet: hold r (r_0 = R)
+            np.copyto(est, state.reservation, where=state.n_valid == 0)
         return finalize(state, usage, hold)
 
 
-def _update_top(state: PeakState, new: np.ndarray, slot: int, k: int) -> None:
-    """Bring every row's top-c up to date after ``new`` (W, 8) was written into ring ``slot``.
+def _advance(state: PeakState, new: np.ndarray) -> np.ndarray:
+    """The window's top-k (k, W, 8) after ``new`` (W, 8) was written and the head advanced."""
+    if state.head == 0:  # the ring wrapped: it holds the last K samples in slot order
+        _flip(state)
+        return state.suffix[0]  # merged with an empty prefix
+    _insert(state.prefix, new, state.prefix, tmp=state.merged[0])
+    _merge(state.prefix, state.suffix[state.head], out=state.merged)
+    return state.merged
 
-    Invariant: ``top[:c]`` are the c largest samples of the row's window (with their slots). A
-    departing cached sample is dropped (c - 1 largest remain the largest); a new sample is taken
-    in only where it beats the c-th (then no uncached sample can sit above it), the last one
-    falling off when the cache is full; rows left with fewer than the k the quantile reads
-    re-read their window.
+
+def _insert(top: np.ndarray, v: np.ndarray, out: np.ndarray, tmp: np.ndarray | None = None) -> None:
+    """``out`` = the top-k (k, ...) of the values in ``top`` (k, ..., descending) and ``v`` (...).
+
+    NaN is an absent value (and an absent ``v`` leaves the list as it is): out_0 = fmax(t_0, v),
+    out_j = fmax(t_j, minimum(t_{j-1}, v)), as ``minimum`` propagates NaN and ``fmax`` ignores it.
+    In place (``out is top``) needs ``tmp``, one (...) scratch, and runs j downwards.
     """
-    size = state.top.shape[2]
-    top2, where2 = state.top.reshape(-1, size), state.top_slot.reshape(-1, size)  # (W*8, C) views
-    count = state.top_count.reshape(-1)
-    floor = state.top_floor.reshape(-1)
-    n_valid = state.n_valid.reshape(-1)
-    flat = new.reshape(-1)
-    ranks = np.arange(size)[None, :]
-    # 1. the sample leaving the ring leaves the cache (at most one entry per row): shift the rest up
-    left = where2[:, 0] == slot
-    for j in range(1, size):
-        left |= where2[:, j] == slot
-    rows = np.flatnonzero(left)
-    if len(rows):
-        t, w = np.take(top2, rows, axis=0), np.take(where2, rows, axis=0)
-        at = _first_column(w == slot)[:, None]
-        t = np.where(
-            ranks < at, t, np.concatenate((t[:, 1:], np.full((len(rows), 1), -np.inf, t.dtype)), axis=1)
-        )
-        w = np.where(ranks < at, w, np.concatenate((w[:, 1:], np.full((len(rows), 1), -1, w.dtype)), axis=1))
-        _put_rows(top2, rows, t)
-        _put_rows(where2, rows, w)
-        count[rows] -= 1
-        floor[rows] = _floor_of(t, count[rows])
-    # 2. the new sample, where it beats the c-th; an empty cache takes it only from an otherwise
-    #    empty window (NaN beats nothing)
-    threshold = floor
-    empty = np.flatnonzero(count == 0)
-    if len(empty):
-        threshold = floor.copy()
-        others = n_valid[empty] - ~np.isnan(flat[empty])
-        threshold[empty] = np.where(others == 0, -np.inf, np.inf)
-    ins = np.flatnonzero(flat > threshold)
-    if len(ins):
-        t, w, v = np.take(top2, ins, axis=0), np.take(where2, ins, axis=0), flat[ins]
-        at = (t[:, 0] >= v).astype(np.intp)  # after its equals: stable
-        for j in range(1, size):
-            at += t[:, j] >= v
-        at = at[:, None]
-        shifted_t = np.concatenate((t[:, :1], t[:, :-1]), axis=1)
-        shifted_w = np.concatenate((w[:, :1], w[:, :-1]), axis=1)
-        t = np.where(ranks < at, t, np.where(ranks == at, v[:, None], shifted_t))
-        _put_rows(top2, ins, t)
-        _put_rows(where2, ins, np.where(ranks < at, w, np.where(ranks == at, slot, shifted_w)))
-        count[ins] = np.minimum(count[ins] + 1, size)
-        floor[ins] = _floor_of(t, count[ins])
-    # 3. rows holding fewer than the quantile reads: the whole window again
-    stale = np.flatnonzero(count < np.minimum(n_valid, k))
-    if len(stale):
-        window = state.window.reshape(state.window.shape[0], -1)[:, stale].T  # (m, K)
-        vals, slots = top_of(window, size)
-        _put_rows(top2, stale, vals)
-        _put_rows(where2, stale, slots)
-        count[stale] = (slots >= 0).sum(axis=1)
-        floor[stale] = _floor_of(vals, count[stale])
+    if out is top:
+        assert tmp is not None
+        for j in range(len(top) - 1, 0, -1):
+            np.fmax(top[j], np.minimum(top[j - 1], v, out=tmp), out=top[j])
+    else:
+        for j in range(1, len(top)):
+            np.fmax(np.minimum(top[j - 1], v, out=out[j]), top[j], out=out[j])
+    np.fmax(top[0], v, out=out[0])
 
 
-def _floor_of(top: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """The c-th value of each row of ``top`` (m, C), -inf where c = 0."""
-    c = count.astype(np.intp)
-    return np.where(c > 0, top[np.arange(len(top)), np.maximum(c - 1, 0)], np.float32(-np.inf))
+def _merge(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out`` = the top-k of two top-k lists (k, ..., descending, NaN = absent):
+    out_j = fmax(a_j, b_j, minimum(a_{i-1}, b_{j-i}) for i = 1..j). ``out[0]`` is the scratch of
+    the ranks above it, so they are written first."""
+    tmp = out[0]
+    for j in range(len(a) - 1, 0, -1):
+        c = out[j]
+        np.fmax(a[j], b[j], out=c)
+        for i in range(1, j + 1):
+            np.fmax(c, np.minimum(a[i - 1], b[j - i], out=tmp), out=c)
+    np.fmax(a[0], b[0], out=out[0])
 
 
-def _first_column(mask: np.ndarray) -> np.ndarray:
-    """The first True column of each row of ``mask`` (m, C), which has one (C small: a loop)."""
-    at = np.full(len(mask), mask.shape[1] - 1, dtype=np.intp)
-    for j in range(mask.shape[1] - 2, -1, -1):
-        at[mask[:, j]] = j
-    return at
+#: Rows per chunk of a flip (x 8 cells): a chunk's suffix[j + 1] is still in cache when suffix[j]
+#: reads it (about 10 % faster than whole slots at 100,000 workloads; smaller chunks pay per call).
+_FLIP_ROWS = 1 << 15
 
 
-def _put_rows(dst: np.ndarray, rows: np.ndarray, src: np.ndarray) -> None:
-    """``dst[rows] = src`` for a C-contiguous (n, C) ``dst``: each row moved as one opaque record
-    (a row-index assignment into a 2-D array walks every cell, many times slower)."""
-    record = np.dtype((np.void, dst.shape[1] * dst.itemsize))
-    dst.view(record).reshape(len(dst))[rows] = (
-        np.ascontiguousarray(src, dtype=dst.dtype).view(record).reshape(len(src))
-    )
+def _flip(state: PeakState) -> None:
+    """Recompute ``suffix`` from the ring (suffix[j] = top-k of slots j..K-1) and empty ``prefix``."""
+    ring, suffix = state.window, state.suffix
+    size = len(ring)
+    for lo in range(0, state.n, _FLIP_ROWS):
+        rows = slice(lo, lo + _FLIP_ROWS)
+        last = suffix[size - 1, :, rows]
+        last[0] = ring[size - 1, rows]
+        last[1:] = np.nan
+        for j in range(size - 2, -1, -1):
+            _insert(suffix[j + 1, :, rows], ring[j, rows], out=suffix[j, :, rows])
+    state.prefix.fill(np.nan)
 
 
-def rebuild_top(state: PeakState) -> None:
-    """Recompute every row's top-k from its window: for a caller that wrote the window directly."""
-    k = state.top.shape[2]
-    if k:
-        size, w, d = state.window.shape
-        vals, slots = top_of(state.window.reshape(size, -1).T, k)
-        state.top[...] = vals.reshape(w, d, k)
-        state.top_slot[...] = slots.reshape(w, d, k)
-        count = (slots >= 0).sum(axis=1)
-        state.top_count[...] = count.reshape(w, d)
-        state.top_floor[...] = _floor_of(vals, count).reshape(w, d)
+def rebuild(state: PeakState) -> None:
+    """Recompute ``suffix`` and ``prefix`` from the window at the current head: for a caller that
+    wrote the window directly (slots head..K-1 count as written before the last flip, 0..head-1
+    after it)."""
+    if state.prefix.shape[0]:
+        _flip(state)
+        for j in range(state.head):
+            _insert(state.prefix, state.window[j], state.prefix, tmp=state.merged[0])
 
 
 def full_sort(state: PeakState) -> PeakState:
-    """The same rows without the top-k cache: every update sorts the window (the reference path)."""
-    w, d, _ = state.top.shape
+    """The same rows without the top-k: every update sorts the window (the reference path)."""
+    size, _, w, d = state.suffix.shape
     return dataclasses.replace(
-        state, top=np.zeros((w, d, 0), np.float32), top_slot=np.zeros((w, d, 0), np.int32)
+        state,
+        prefix=np.zeros((0, w, d), np.float32),
+        suffix=np.zeros((size, 0, w, d), np.float32),
+        merged=np.zeros((0, w, d), np.float32),
     )
 
 
-def top_of(window: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k largest samples of each row of ``window`` (m, K), descending, and their slots;
-    -inf and -1 where a row has fewer than k samples (NaN is no sample). k rounds of argmax: for
-    the few rows and small k this is asked for, cheaper than a partition of every row."""
-    filled = np.where(np.isnan(window), np.float32(-np.inf), window)
-    m, size = filled.shape
-    vals = np.full((m, k), -np.inf, dtype=np.float32)
-    slots = np.full((m, k), -1, dtype=np.int32)
-    rows = np.arange(m)
-    for j in range(min(k, size)):
-        at = filled.argmax(axis=1)
-        vals[:, j] = filled[rows, at]
-        slots[:, j] = at
-        filled[rows, at] = -np.inf
-    slots[vals == -np.inf] = -1
-    return vals, slots
-
-
 def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float, out: np.ndarray | None = None) -> np.ndarray:
-    """:func:`window_quantile` read from the top-k (descending): the sorted sample s_j is
-    ``top[n - 1 - j]``; meaningless where n_valid == 0 (the caller holds r there).
+    """:func:`window_quantile` read from the top-k (k, W, 8), descending along the first axis: the
+    sorted sample s_j is ``top[n - 1 - j]``; meaningless where n_valid == 0 (the caller holds r).
 
     The ranks and the interpolation weight depend on n alone, so they are looked up per n.
     """
-    k = top.shape[-1]
+    k = top.shape[0]
     most = int(n_valid.max(initial=0))
+    least = int(n_valid.min(initial=most))
     n = np.arange(most + 1)
     n1 = np.maximum(n - 1, 0)
     pos = q * n1
     below = np.floor(pos)
     above = np.minimum(below + 1, n1)
-    lo_of = np.minimum(n1 - below, k - 1).astype(np.int8)
-    hi_of = np.minimum(n1 - above, k - 1).astype(np.int8)
+    lo_of = np.minimum(n1 - below, k - 1).astype(np.intp)
+    hi_of = np.minimum(n1 - above, k - 1).astype(np.intp)
     frac_of = pos - below
     lo_c, hi_c = int(lo_of[most]), int(hi_of[most])  # the columns the fullest windows read
-    with np.errstate(invalid="ignore"):  # -inf - -inf where a row has no sample yet
-        d = np.subtract(top[..., hi_c], top[..., lo_c], dtype=np.float64, out=out)
-        d *= frac_of[n_valid] if int(n_valid.min()) != most else frac_of[most]
-        d += top[..., lo_c]
-        # the rows whose count reads other columns (a window still filling, most often), exactly
-        other = np.flatnonzero((lo_of != lo_c) | (hi_of != hi_c))
-        if len(other):
-            rows = np.flatnonzero(np.isin(n_valid.reshape(-1), other))
-            if len(rows):
-                n_r = n_valid.reshape(-1)[rows]
-                flat = top.reshape(-1, k)
-                lo = flat[rows, lo_of[n_r]].astype(np.float64)
-                hi = flat[rows, hi_of[n_r]].astype(np.float64)
-                d.reshape(-1)[rows] = lo + frac_of[n_r] * (hi - lo)
+    d = np.subtract(top[hi_c], top[lo_c], dtype=np.float64, out=out)  # NaN where a row has no sample
+    d *= frac_of[n_valid] if least != most else frac_of[most]
+    d += top[lo_c]
+    # the rows whose count reads other columns (a window still filling, most often), exactly
+    other = np.flatnonzero((lo_of != lo_c) | (hi_of != hi_c))
+    if len(other) and int(other[-1]) >= least:
+        rows = np.flatnonzero(np.isin(n_valid.reshape(-1), other))
+        if len(rows):
+            n_r = n_valid.reshape(-1)[rows]
+            flat = top.reshape(k, -1)
+            lo = flat[lo_of[n_r], rows].astype(np.float64)
+            hi = flat[hi_of[n_r], rows].astype(np.float64)
+            d.reshape(-1)[rows] = lo + frac_of[n_r] * (hi - lo)
     return d
 
 
