@@ -281,7 +281,9 @@ def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float, out: np.ndarray
     d *= frac_of[n_valid] if least != most else frac_of[most]
     d += top[lo_c]
     # the rows whose count reads other columns (a window still filling, most often), exactly
+    # (not n = 0: those rows hold r whatever is read, and a simulator keeps many such spare rows)
     other = np.flatnonzero((lo_of != lo_c) | (hi_of != hi_c))
+    other = other[other > 0]
     if len(other) and int(other[-1]) >= least:
         rows = np.flatnonzero(np.isin(n_valid.reshape(-1), other))
         if len(rows):
