@@ -348,8 +348,10 @@ class Agent:
             self._observe_placed(now)
         events = (*events, *self.sources.poll_fallbacks(now, self.monotonic()))
 
-        usage = self._sample(now, archived=self._estimate_due(now))
-        estimated = self._estimate(now, usage)
+        estimated = self._estimate_due(now)
+        usage = self._sample(now, archived=estimated)
+        if estimated:
+            self._estimate(now, usage)
         view = self._view(usage, events)
         k = self.ledger.node_index[self.declaration.node.name]  # this node, by name
         previous = self.round_state.allowance[k]
@@ -504,9 +506,8 @@ class Agent:
         last = self.state.last_estimate
         return last is None or now - last >= self.config.estimate_interval_s
 
-    def _estimate(self, now: float, usage: Mapping[str, Mapping[str, float]]) -> bool:
-        if not self._estimate_due(now):
-            return False
+    def _estimate(self, now: float, usage: Mapping[str, Mapping[str, float]]) -> None:
+        """The estimate of a round where one is due (:meth:`_estimate_due`)."""
         assert self.ledger is not None
         last = self.state.last_estimate
         dt = now - last if last is not None else self.config.estimate_interval_s
@@ -518,7 +519,6 @@ class Agent:
         self.store.record_series(now, usage, reservations, throttled)
         self.store.record_node(now, self.slack_view(now, usage))
         self.sources.rearm(now)
-        return True
 
     def slack_view(self, now: float, usage: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
         """This node's four series of Borg's slack view (capacity; sum of limits, the requests;

@@ -107,12 +107,14 @@ def node_slack(
     count = np.bincount(pairs[:, 1], minlength=len(nodes))
     out = {}
     for k, n in enumerate(nodes):
-        dims = np.flatnonzero(summed[k] > 0)
+        asked = summed[k] > 0
         out[n] = {
             "workloads": int(count[k]),
-            "requests": {DIMS[d]: float(f"{summed[k, d]:.6g}") for d in dims},
-            "slack_yield": {DIMS[d]: float(f"{yielded[k, d]:.6g}") for d in dims},
-            "slack_yield_fraction": {DIMS[d]: round(float(yielded[k, d] / summed[k, d]), 6) for d in dims},
+            "requests": _dims(summed[k], asked),
+            "slack_yield": _dims(yielded[k], asked),
+            "slack_yield_fraction": {
+                DIMS[d]: round(float(yielded[k, d] / summed[k, d]), 6) for d in np.flatnonzero(asked)
+            },
         }
     return out
 

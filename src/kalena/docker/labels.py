@@ -148,14 +148,19 @@ class ContainerFacts:
 
     @property
     def namespace(self) -> str:
-        for key in NAMESPACE_LABELS:
-            if self.labels.get(key):
-                return self.labels[key]
-        return DEFAULT_NAMESPACE
+        return namespace_of(self.labels)
 
     @property
     def workload_id(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+def namespace_of(labels: Mapping[str, str]) -> str:
+    """The namespace a container's or Swarm service's labels give (its stack or Compose project)."""
+    for key in NAMESPACE_LABELS:
+        if labels.get(key):
+            return labels[key]
+    return DEFAULT_NAMESPACE
 
 
 def settings_resources(c: ContainerFacts) -> tuple[dict[str, float], dict[str, float]]:

@@ -31,13 +31,12 @@ import numpy as np
 
 from kalena.docker.engine import Engine, EngineError
 from kalena.docker.labels import (
-    DEFAULT_NAMESPACE,
     GIB,
-    NAMESPACE_LABELS,
     REQUEST,
     SWARM_SERVICE,
     ContainerFacts,
     is_batch_label,
+    namespace_of,
     swarm_reservations,
     workload_of,
 )
@@ -82,13 +81,6 @@ class Applied:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-def _namespace(labels: Mapping[str, str]) -> str:
-    for key in NAMESPACE_LABELS:
-        if labels.get(key):
-            return labels[key]
-    return DEFAULT_NAMESPACE
-
-
 def _requests_of(c: ContainerFacts) -> dict[str, float]:
     spec, _ = workload_of(c)
     return {d: spec.requests[d] for d in ("cpu", "ram") if 0 < spec.requests[d] < math.inf}
@@ -106,7 +98,7 @@ def docker_plan(engine: Engine, archived: Sequence[str]) -> DockerPlan:
     for sid, svc in sorted(services.items(), key=lambda kv: str(kv[1].get("Spec", {}).get("Name", ""))):
         spec = svc.get("Spec") or {}
         name = str(spec.get("Name") or sid)
-        ns = _namespace(spec.get("Labels") or {})
+        ns = namespace_of(spec.get("Labels") or {})
         replicated = (spec.get("Mode") or {}).get("Replicated")
         reps = int((replicated or {}).get("Replicas") or 1)
         decl = DeclDoc(ns, name, replicas=max(1, reps), requests=swarm_reservations(svc))
