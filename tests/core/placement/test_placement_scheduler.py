@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kalena.core.ledger import Blueprint, PlaceBatch, restoration_violations
+from kalena.core.model import Selector, SpreadConstraint
 from kalena.core.placement import (
     PlacementCache,
     PlacementConfig,
@@ -259,3 +260,51 @@ def test_a_class_no_ledger_admits_is_answered_without_a_search_and_the_same_way(
     assert [w.workload_id for w in reuse.pending] == ["b/big-0", "b/big-1", "b/big-2"]
     assert reuse.pending[0].message == "0/3 nodes are available: 3 Insufficient cpu."
     assert [p.workload.id for p in reuse.placements] == ["a/small", "c/small"]
+
+
+def plain_of(config: PlacementConfig) -> PlacementConfig:
+    return PlacementConfig(
+        stranded_dims=config.stranded_dims, relaxed_randomisation=False, equivalence_reuse=False
+    )
+
+
+def test_a_class_that_found_no_node_is_not_searched_again_in_the_pass():
+    # One per node by its own anti-affinity, 3 nodes, 40 pods: once the 4th finds no node, the
+    # 36 after it are answered from that (a placement only shrinks what the filters admit), and
+    # the answers are the full path's.
+    L = ledger_of(nodes3())
+    loner = {"app": "loner"}
+    pods = [
+        batch(f"w/p{i:02d}", cpu=1, owner="w", labels=loner, anti_affinity_labels=loner) for i in range(40)
+    ]
+    cfg = PlacementConfig(stranded_dims=("cpu", "ram"), relaxed_randomisation=False)
+    reuse, plain = run(L, pods, config=cfg), run(L, pods, config=plain_of(cfg))
+    assert key(reuse) == key(plain)
+    assert [p.node for p in reuse.placements] == [0, 1, 2]
+    assert reuse.stats.nodes_examined == 4 * 3 < plain.stats.nodes_examined == 40 * 3
+    assert reuse.pending[-1].message == "0/3 nodes are available: 3 Own anti affinity."
+
+
+def test_a_spread_class_is_searched_again_after_a_placement_elsewhere():
+    # Spread is the filter a placement can open: a-0 may only go to z0 (its ledger), where the
+    # skew would be 2; b then lands in z1, the minimum rises to 1, and a-1 fits in z0. The same
+    # class (priority is not part of it) must not answer a-1 from a-0's failure.
+    x = {"app": "x"}
+    spread = (SpreadConstraint(1, "zone", Selector(match_labels=x)),)
+    L = ledger_of(
+        [
+            node("n0", cpu=8, ram=16, zone="z0", **REST),
+            node("n1", cpu=1, ram=16, zone="z1", labels={"disk": "ssd"}, **REST),
+        ],
+    )
+    assert L.apply(PlaceBatch(batch("old/x", cpu=1, labels=x), 0, 0)).accepted
+    pods = [
+        batch("a/a-0", cpu=2, owner="a", labels=x, spread=spread, priority=5),
+        batch("b/b", cpu=1, owner="b", labels=x, priority=4, node_selector={"disk": "ssd"}),
+        batch("a/a-1", cpu=2, owner="a", labels=x, spread=spread, priority=3),
+    ]
+    cfg = PlacementConfig(stranded_dims=("cpu", "ram"), relaxed_randomisation=False)
+    reuse, plain = run(L, pods, config=cfg), run(L, pods, config=plain_of(cfg))
+    assert key(reuse) == key(plain)
+    assert [(p.workload.id, p.node) for p in reuse.placements] == [("b/b", 1), ("a/a-1", 0)]
+    assert [w.workload_id for w in reuse.pending] == ["a/a-0"]

@@ -7,7 +7,9 @@ The runner stamps the plugin name into each :class:`~kalena.core.verdict.Status`
 
 ``per_class = True`` marks rules whose answer depends only on what an equivalence class shares
 (requests, nodeSelector, tolerations, equivalence key) and on the pass context, so the scheduler
-evaluates them once per class per pass.
+evaluates them once per class per pass. ``monotone = True`` marks rules whose admitted nodes a
+placement in the pass can only shrink (the ledger's room, a namespace's cap, anti-affinity); when
+every rule that applies is, a class that found no node finds none for the rest of the pass.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class GpuRequested:
 
     name = "GpuRequested"
     per_class = True
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         gpu = pod.requests.values[GPU]
@@ -90,6 +93,7 @@ class NamespaceCap:
 
     name = "NamespaceCap"
     per_class = False
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         cap = state.ctx.namespace_caps.get(pod.namespace)
@@ -113,6 +117,7 @@ class SlackEligible:
 
     name = "SlackEligible"
     per_class = True
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         if state.ctx.eligible is None:
@@ -123,6 +128,7 @@ class SlackEligible:
 class NodeSelector:
     name = "NodeSelector"
     per_class = True
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         if not pod.node_selector:
@@ -137,6 +143,7 @@ class TaintToleration:
 
     name = "TaintToleration"
     per_class = True
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         idx = state.nodes
@@ -161,6 +168,7 @@ class EvictionCooldown:
 
     name = "EvictionCooldown"
     per_class = True
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         nodes = state.cooling.get(pod.equivalence_key)
@@ -187,6 +195,7 @@ class HarmfulPairing:
 
     name = "HarmfulPairing"
     per_class = True
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         nodes = state.blacklisted.get(pod.equivalence_key)
@@ -249,6 +258,7 @@ class ReservationFit:
 
     name = "ReservationFit"
     per_class = False
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         return FitCheck(pod.requests.array(), state)
@@ -263,6 +273,7 @@ class ProductionAntiAffinityFilter:
 
     name = "ProductionAntiAffinity"
     per_class = False  # name-based selectors can target one replica
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         blocked = state.prod_aa.blocked(pod)
@@ -276,6 +287,7 @@ class OwnAntiAffinity:
 
     name = "OwnAntiAffinity"
     per_class = False
+    monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         if pod.anti_affinity.is_empty():
@@ -324,6 +336,7 @@ class TopologySpread:
 
     name = "TopologySpread"
     per_class = False
+    monotone = False  # a placement elsewhere can raise the global minimum and admit a node again
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         if not pod.spread:

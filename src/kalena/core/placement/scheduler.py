@@ -30,7 +30,7 @@ from kalena.core.ledger import Ledger, PlaceBatch
 from kalena.core.model import Tier, WorkloadSpec
 from kalena.core.placement.cache import PlacementCache
 from kalena.core.placement.config import PlacementConfig, SchedulingContext
-from kalena.core.placement.filters import DEFAULT_FILTERS, Filter, ReservationFit
+from kalena.core.placement.filters import DEFAULT_FILTERS, Filter, ReservationFit, TopologySpread
 from kalena.core.placement.runner import Prepared, explain, feasible, prepare, reasons_of
 from kalena.core.placement.score import DEFAULT_SCORES, Score
 from kalena.core.placement.state import PassState
@@ -92,6 +92,7 @@ class _Class:
     order: np.ndarray | None = None  # nodes passing the per-class filters, in search order (on demand)
     why: WhyPending | None = None
     why_at: int = -1  # state.placed when ``why`` was computed
+    nowhere: bool = False  # no node took a pod of the class, and none will in this pass (decide)
 
 
 #: The message of a pending pod's ``WhyPending`` when ``schedule`` was asked not to explain.
@@ -125,6 +126,8 @@ class _Pass:
         self.classes: dict[str, _Class] = {}
         self.examined = 0
         self.fit_plugin = next((f for f in filters if isinstance(f, ReservationFit)), None)
+        # whether "no node" stays true for a class (decide); spread applies only to pods with it
+        self.monotone = all(getattr(f, "monotone", False) or isinstance(f, TopologySpread) for f in filters)
 
     # candidate search ---------------------------------------------------------------------------
     def search(self, checks: Sequence[Prepared], order: np.ndarray) -> np.ndarray:
@@ -182,21 +185,25 @@ class _Pass:
     def decide(self, pod: WorkloadSpec) -> tuple[int, float] | WhyPending:
         state = self.state
         cls = self.class_for(pod) if self.config.equivalence_reuse else None
-        if (
-            cls is not None
-            and cls.why is not None
-            and cls.why_at == state.placed
-            and not state.prod_aa.names_pod(pod)
-        ):
-            return cls.why.of(pod.id)  # nothing changed since: the same answer
+        if cls is not None and cls.why is not None and not state.prod_aa.names_pod(pod):
+            if cls.why_at == state.placed:
+                return cls.why.of(pod.id)  # nothing changed since: the same answer
+            if cls.nowhere and self.k is None:  # (without sampling: skipping draws nothing from rng)
+                return cls.why.of(pod.id) if not self.explain else self.pending(pod, cls)
         if cls is not None and self.k is None and not cls.fit[1].any_fit():
             # No node's ledger fits the request, so no filter order can find one. Without sampling
             # the search draws nothing from ``rng``, so skipping it changes no later decision.
             self.examined += state.n
+            cls.nowhere = True  # a pass only adds to the ledger's sums
             return self.pending(pod, cls)
         checks = self.pod_checks(pod, cls)
         cands = self.search(checks, self.order_of(cls) if cls is not None else self.order)
         if not len(cands):
+            if cls is not None and self.monotone and not pod.spread and not state.prod_aa.names_pod(pod):
+                # Within a pass a placement only shrinks what a monotone filter admits, so no
+                # later pod of the class fits either (a pod named by production's anti-affinity
+                # is blocked as itself, not as its class).
+                cls.nowhere = True
             return self.pending(pod, cls)
         values = self.score(pod, cands)
         if self.k is None:  # candidates ascend: the first maximum is the lowest index among ties
