@@ -24,6 +24,7 @@ from kubernetes import client as kclient
 from rbac_testlib import account, apply, exactly
 from typer.testing import CliRunner
 
+from kalena.archive import Archive
 from kalena.cli.main import app
 from kalena.k8s.recommend import (
     VPA_GROUP,
@@ -185,6 +186,33 @@ def test_apply_patches_the_deployments_requests_with_the_apply_rule(
     dep = kclient.AppsV1Api(cp.client).read_namespaced_deployment("api", shop)
     req = {c.name: c.resources.requests for c in dep.spec.template.spec.containers}
     assert req == {"app": {"cpu": "500m", "memory": "2Gi"}, "sidecar": {"cpu": "1500m", "memory": "2Gi"}}
+
+
+def test_apply_from_the_cli_goes_through_the_adjustment_book_and_is_audited(
+    control_plane: ControlPlane, shop: str, tmp_path: Path
+) -> None:
+    # --apply accepts first (as Docker's does): the Deployment gets what the book accepted, each
+    # patch is an archive event, and a second run finds nothing left to propose or write anew
+    cp = control_plane
+    where, plan = _plan(tmp_path, shop)
+    args = ["recommend", "--archive", where, "--workloads", str(plan), "--kubernetes",
+            "--kubeconfig", str(cp.kubeconfig), "--apply", "--json"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    api = [a for a in doc["adjustments"] if a["workload"] == f"{shop}/api"]
+    assert api and all(a["outcome"] == "accepted" for a in api)
+    assert {w["workload"]: w["outcome"] for w in doc["kubernetes"]}[f"{shop}/api"] == "applied"
+    dep = kclient.AppsV1Api(cp.client).read_namespaced_deployment("api", shop)
+    req = {c.name: c.resources.requests for c in dep.spec.template.spec.containers}
+    assert req["app"] == {"cpu": "644m", "memory": "666Mi"}  # as the VPA test's figures
+    with Archive(where) as a:
+        assert a.book([f"{shop}/api"]).epochs[f"{shop}/api"] == len(api)
+        (ev,) = [e for e in a.events(workloads=[f"{shop}/api"]) if e.kind == "resize"]
+    assert ev.cause == "applied" and ev.data["target"] == "deployment/api"
+    assert ev.data["containers"]["sidecar"] == {"cpu": "1931m", "memory": "666Mi"}
+    again = json.loads(CliRunner().invoke(app, args).output)
+    assert [a for a in again["adjustments"] if a["workload"] == f"{shop}/api"] == []
 
 
 def test_without_the_vpa_resource_the_error_says_so(control_plane: ControlPlane, tmp_path: Path) -> None:

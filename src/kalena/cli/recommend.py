@@ -68,19 +68,31 @@ def _say_bad(line: str, code: int = EXIT_BAD_INPUT) -> int:
 
 
 def _to_kubernetes(
-    settings: dict[str, dict[str, float]], kubeconfig: Path | None, apply: bool
+    settings: dict[str, dict[str, float]], kubeconfig: Path | None, apply: bool, archive: str
 ) -> list[Written]:
+    """Write the settings as VPA recommendations, or with ``apply`` into the Deployments' requests;
+    each request write an archive event ``resize`` (the audit, as on Docker)."""
     from kalena.cli.k8s import _core_api
     from kalena.k8s.recommend import RecommendError, publish
 
     api = _core_api(kubeconfig).api_client
     sizes = {w: {k: v for k, v in s.items() if k != Knob.REPLICAS.value} for w, s in settings.items()}
     try:
-        return publish(api, {w: s for w, s in sizes.items() if s}, apply)
+        written = publish(api, {w: s for w, s in sizes.items() if s}, apply)
     except RecommendError as e:
         raise typer.Exit(_say_bad(f"kalena recommend: {e}", EXIT_CLUSTER)) from None
     except Exception as e:  # the apiserver does not answer
         raise typer.Exit(_say_bad(f"kalena recommend: the apiserver: {e}", EXIT_CLUSTER)) from None
+    if apply:
+        now = time.time()
+        events = [
+            ArchiveEvent(now, "resize", None, w.workload, w.outcome,
+                         {"target": f"deployment/{w.workload.partition('/')[2]}", "containers": w.containers})
+            for w in written if w.outcome == "applied"
+        ]  # fmt: skip
+        with open_archive(archive) as a:
+            a.record_events(events)
+    return written
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,14 +286,14 @@ def recommend(
         raise typer.Exit(_say_bad("--workloads: not with --docker (the engine's production is the plan)"))
     tls = agent_cli.tls_files(tls_ca, tls_cert, tls_key)
     engine, plan = _docker_plan(docker_host, tls, archive) if docker else (None, None)
-    if plan is not None and apply:
+    if apply:
         accept = True  # only what the adjustment book accepts at its epoch is written
     given = Plan(plan.doc, plan.ids, plan.decl_of_pod, plan.replicable) if plan is not None else workloads
     assert given is not None
     recs = recommendations(archive, given, window, until, replicas, accept)
     out, span, outcomes = recs.adjustments, recs.window, recs.outcomes
     said = [o.value for o in outcomes] if outcomes is not None else [None] * len(out)
-    written = _to_kubernetes(recs.settings, kubeconfig, apply) if kubernetes else None
+    written = _to_kubernetes(recs.settings, kubeconfig, apply, archive) if kubernetes else None
     resized = _to_docker(engine, plan, archive, recs.settings) if plan is not None and apply else None
     if as_json:
         rows = [
