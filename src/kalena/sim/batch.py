@@ -148,9 +148,14 @@ def generate(
     req[:, CPU] = jobs["cpu"][job[order]]
     req[:, RAM] = jobs["ram"][job[order]]
     demand = req[:, CPU] * params.cpu_demand_ratio
-    specs = tuple(
-        _spec(int(job[i]), int(pod_no[i]), req[n], int(jobs["priority"][job[i]])) for n, i in enumerate(order)
-    )
+    # a job's pods share one requests object: built once, and the scheduler's class test is `is`
+    shared: dict[int, Resources] = {}
+    specs = []
+    for n, i in enumerate(order.tolist()):
+        j = int(job[i])
+        if j not in shared:
+            shared[j] = Resources.from_array(req[n])
+        specs.append(_spec(j, int(pod_no[i]), shared[j], int(jobs["priority"][j])))
     return BatchTasks(
         job=job[order],
         submit=submit[order],
@@ -161,15 +166,15 @@ def generate(
         demand=demand,
         ram_use=req[:, RAM] * ram_ratio[order],
         warm=warm[order],
-        specs=specs,
+        specs=tuple(specs),
     )
 
 
-def _spec(job: int, pod: int, req: np.ndarray, priority: int) -> WorkloadSpec:
+def _spec(job: int, pod: int, requests: Resources, priority: int) -> WorkloadSpec:
     owner = f"{NAMESPACE}/job-{job:06d}"
     return WorkloadSpec(
         id=f"{owner}-{pod:05d}",
-        requests=Resources.from_array(req),
+        requests=requests,
         tier=Tier.BATCH,
         priority=priority,
         namespace=NAMESPACE,

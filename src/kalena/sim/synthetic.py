@@ -71,13 +71,17 @@ def synthetic_cluster(nodes: int, pods: int, seed: int = 0, fill: float = IRINA_
     used = np.zeros_like(cap)
     placement: dict[str, str] = {}
     workloads = []
+    # where each request shape still fits, kept per shape: a placement changes one node's column
+    # (the same test, node by node, as over all nodes for every pod)
+    shapes = mix * scale
+    free = np.all(shapes[:, None, :] <= cap[None, :, :], axis=2)  # (shapes, nodes)
     for j in np.argsort(-req[:, 0], kind="stable"):  # big pods first, so the small ones fill the gaps
-        free = np.all(used + req[j] <= cap, axis=1)
-        cand = np.flatnonzero(free)
+        cand = np.flatnonzero(free[pick[j]])
         if not len(cand):
             continue
         n = int(cand[rng.integers(len(cand))])
         used[n] += req[j]
+        free[:, n] = np.all(used[n] + shapes <= cap[n], axis=1)
         wid = f"svc/pod-{j:06d}"
         workloads.append(
             WorkloadSpec(
