@@ -521,8 +521,11 @@ class Simulation:
         """(N, 2) ram and storage in use per node, over the live rows."""
         rs, n = self.ledger.row_arrays(), self.ledger.n_nodes
         live = rs.live_rows()
-        on, u = rs.node[live], np.nan_to_num(self.table.usage[live][:, memory.DIMS_NC])
-        return np.column_stack([np.bincount(on, weights=u[:, i], minlength=n) for i in range(u.shape[1])])
+        on, usage = rs.node[live], self.table.usage
+        out = np.empty((n, len(memory.DIMS_NC)))
+        for i, d in enumerate(memory.DIMS_NC.tolist()):  # a column at a time: no (live, 8) copy
+            out[:, i] = np.bincount(on, weights=np.nan_to_num(usage[live, d]), minlength=n)
+        return out
 
     def _kernel_first(self, now: float, dt: float) -> None:
         """The kernel before the round: a node whose memory went past its capacity faster than the
