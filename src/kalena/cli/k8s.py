@@ -160,7 +160,7 @@ def scheduler(
         raise agent_cli.fail_with(
             [f"--every: must be more than 0 (value: {every})"], agent_cli.EXIT_BAD_INPUT
         )
-    core = _core_api(kubeconfig, pool=POOL)
+    core = core_api(kubeconfig, pool=POOL)
     sched = Scheduler(
         core, name=name, node_selector=node_selector, infer_batch=infer_batch,
         log=lambda line: typer.echo(f"kalena k8s scheduler: {line}", err=True),
@@ -277,7 +277,7 @@ def render_cmd(
         typer.echo(str(path))
 
 
-def _core_api(kubeconfig: Path | None, pool: int | None = None) -> Any:
+def core_api(kubeconfig: Path | None, pool: int | None = None) -> Any:
     """The API's client from ``kubeconfig`` (else the in-cluster config), with ``pool``
     connections kept (default: the client's, 5 a core); exit 2 if unusable."""
     from kubernetes import client as kclient
@@ -374,7 +374,7 @@ def agent_cmd(
     )
     here = node or socket.gethostname().lower()
     where_archive = None if archive == "none" else (archive or str(state_dir / "archive.db"))
-    core = _core_api(kubeconfig)
+    core = core_api(kubeconfig)
 
     def say(line: str) -> None:
         typer.echo(f"kalena k8s agent: {line}", err=True)
@@ -471,7 +471,7 @@ def extender_cmd(
             preference = BlueprintPreference.read(blueprint)
         except IRError as e:
             raise agent_cli.fail_with([p.render() for p in e.problems], bad) from None
-    core = _core_api(kubeconfig)
+    core = core_api(kubeconfig)
     cache = ClusterCache(
         core, name=name, node_selector=node_selector, infer_batch=infer_batch,
         log=lambda line: typer.echo(f"kalena k8s extender: {line}", err=True),

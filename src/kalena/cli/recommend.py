@@ -72,10 +72,10 @@ def _to_kubernetes(
 ) -> list[Written]:
     """Write the settings as VPA recommendations, or with ``apply`` into the Deployments' requests;
     each request write an archive event ``resize`` (the audit, as on Docker)."""
-    from kalena.cli.k8s import _core_api
+    from kalena.cli.k8s import core_api
     from kalena.k8s.recommend import RecommendError, publish
 
-    api = _core_api(kubeconfig).api_client
+    api = core_api(kubeconfig).api_client
     sizes = {w: {k: v for k, v in s.items() if k != Knob.REPLICAS.value} for w, s in settings.items()}
     try:
         written = publish(api, {w: s for w, s in sizes.items() if s}, apply)
