@@ -28,6 +28,9 @@ from kalena.core.ledger import Ledger
 from kalena.core.model import Selector, SpreadConstraint, WorkloadSpec, selector_matches
 from kalena.core.placement.nodeindex import NodeIndex
 
+#: Entries of :meth:`ProductionAntiAffinity.names_pod`'s memo before it starts afresh.
+_NAMED_MEMO_MAX = 1 << 17
+
 
 def _selector_key(sel: Selector) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
     return sel.names, frozenset(sel.match_labels.items())
@@ -57,6 +60,9 @@ class ProductionAntiAffinity:
             if sel.match_labels:
                 self._by_labels.append((sel.match_labels, gid))
         self._label_memo: dict[frozenset[tuple[str, str]], np.ndarray | None] = {}
+        # names_pod per (id, declaration), the fields a pod's spellings come from: a backlog's pods
+        # are asked every pass. Cleared when large, so a long-lived cache stays bounded.
+        self._named_memo: dict[tuple[str, str], bool] = {}
 
     def __len__(self) -> int:
         return len(self._masks)
@@ -90,7 +96,15 @@ class ProductionAntiAffinity:
 
     def names_pod(self, pod: WorkloadSpec) -> bool:
         """True when some production term names this very pod (so its answer is not its class's)."""
-        return bool(self._by_name) and pod.named_in(self._by_name)
+        if not self._by_name:
+            return False
+        key = (pod.id, pod.declaration)
+        named = self._named_memo.get(key)
+        if named is None:
+            if len(self._named_memo) >= _NAMED_MEMO_MAX:
+                self._named_memo.clear()
+            named = self._named_memo[key] = pod.named_in(self._by_name)
+        return named
 
 
 def domain_counts(
