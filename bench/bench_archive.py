@@ -14,6 +14,7 @@ read takes do not depend on the sample spacing).
 
     python bench/bench_archive.py                      # 2,714 workloads, 7 days
     python bench/bench_archive.py --workloads 500 --days 2 --json /tmp/archive.json
+    python bench/bench_archive.py --dims 3             # only cpu, ram and storage used, as Irina's
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ HOUR = 3600.0
 DAY = 86400.0
 
 
-def fill(where: str, n: int, days: float, every: float, seed: int) -> dict[str, float]:
-    """The archive at ``where`` with ``n`` workloads sampled every ``every`` s for ``days``."""
+def fill(where: str, n: int, days: float, every: float, seed: int, dims: int = NDIM) -> dict[str, float]:
+    """The archive at ``where`` with ``n`` workloads sampled every ``every`` s for ``days``, using
+    the first ``dims`` dimensions (the others stay 0)."""
     rng = np.random.default_rng(seed)
     ids = [f"ns/pod-{i:05d}" for i in range(n)]
     base = rng.lognormal(-1.0, 1.0, size=(n, NDIM))
+    base[:, dims:] = 0.0
     per_hour = round(HOUR / every)
     hours = round(days * 24)
     t_record = t_compact = 0.0
@@ -90,16 +93,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--every", type=float, default=300.0, help="sample spacing, seconds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--dims", type=int, default=NDIM, choices=range(1, NDIM + 1), metavar=f"1..{NDIM}",
+        help="dimensions the workloads use, from cpu on (Irina's use 3: cpu, ram, storage; the rest stay 0)",
+    )  # fmt: skip
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kalena-bench-archive-") as tmp:
         where = str(Path(tmp) / "archive.db")
-        filled = fill(where, args.workloads, args.days, args.every, args.seed)
+        filled = fill(where, args.workloads, args.days, args.every, args.seed, args.dims)
         size_mib = Path(where).stat().st_size / 2**20
         got = read(where, args.workloads, args.days)
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = {
-        "workloads": args.workloads, "days": args.days, "every_s": args.every, **filled,
+        "workloads": args.workloads, "days": args.days, "every_s": args.every, "dims": args.dims, **filled,
         "file_mib": size_mib, **got, "peak_rss_mib": rss_mib,
         "machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }  # fmt: skip

@@ -97,6 +97,26 @@ def test_mixture_quantiles_of_two_point_masses() -> None:
     assert q[0, :, 0].tolist() == pytest.approx([1.0, 1.0, 5.0, 5.0])
 
 
+def test_a_dimension_with_one_value_everywhere_reads_that_value_the_sweeps_way() -> None:
+    # Three groups of buckets. Dimension 0 is 0.0 in every bucket (an unused dimension, which the
+    # merge answers without its sweep); dimension 1 is 0.0 too except in group 2, so it goes
+    # through the sweep. The constant groups read 0.0 at every level both ways; group 1 never
+    # measured dimension 0 (count 0) and reads NaN there.
+    k = len(KNOT_LEVELS)
+    group = np.array([0, 0, 1, 2, 2])
+    count = np.array([[4, 4], [2, 2], [0, 3], [5, 5], [1, 1]])
+    knots = np.zeros((5, k, 2))
+    knots[2, :, 0] = np.nan
+    knots[3, :, 1] = np.linspace(1.0, 3.0, k)
+    levels = np.array([0.0, 0.5, 0.99, 1.0])
+    groups, q = mixture_quantiles(group, count, knots, levels)
+    assert groups.tolist() == [0, 1, 2]
+    assert q[[0, 2], :, 0].tolist() == [[0.0] * 4, [0.0] * 4]
+    assert np.isnan(q[1, :, 0]).all()
+    assert q[[0, 1], :, 1].tolist() == [[0.0] * 4, [0.0] * 4]
+    assert q[2, -1, 1] == 3.0 and q[2, 0, 1] == 0.0  # the sweep: the max and min of its mixture
+
+
 def test_above_fraction_reads_between_the_knots() -> None:
     v = np.arange(101, dtype=np.float64)[:, None]  # 0..100: knots at 0, 25, 50, 75, 90, 95, 99, 100
     b = summarise(np.zeros(101, dtype=np.int64), np.zeros(101), v, 1.0)

@@ -117,6 +117,12 @@ def mixture_quantiles(
         hi_g = np.full(ng, -np.inf)
         np.minimum.at(lo_g, gid[use], x[use, 0])
         np.maximum.at(hi_g, gid[use], x[use, -1])
+        measured = total > 0
+        if np.array_equal(lo_g[measured], hi_g[measured]):
+            # every group's samples all have one value (a dimension nobody uses: all zeros): each
+            # mixture is a point mass, and every quantile its value, as the sweep finds it
+            out[measured, :, j] = lo_g[measured, None]
+            continue
         span = np.where(hi_g > lo_g, hi_g - lo_g, 1.0)
         # each bucket's segments, scaled to its group's [0, 1]: events where the density starts
         # (+m / len) and stops (-m / len), or one jump of m for a point mass
