@@ -84,15 +84,22 @@ def _to_kubernetes(
     except Exception as e:  # the apiserver does not answer
         raise typer.Exit(_say_bad(f"kalena recommend: the apiserver: {e}", EXIT_CLUSTER)) from None
     if apply:
-        now = time.time()
-        events = [
-            ArchiveEvent(now, "resize", None, w.workload, w.outcome,
-                         {"target": f"deployment/{w.workload.partition('/')[2]}", "containers": w.containers})
+        _audit_resizes(archive, [
+            (w.workload, w.outcome,
+             {"target": f"deployment/{w.workload.partition('/')[2]}", "containers": w.containers})
             for w in written if w.outcome == "applied"
-        ]  # fmt: skip
-        with open_archive(archive) as a:
-            a.record_events(events)
+        ])  # fmt: skip
     return written
+
+
+def _audit_resizes(archive: str, writes: list[tuple[str, str, dict[str, object]]]) -> None:
+    """Each write to a cluster (workload, outcome, what was written) as an archive event
+    ``resize``, all in one transaction: the audit of ``--apply``, on every cluster alike."""
+    if not writes:
+        return
+    now = time.time()
+    with open_archive(archive) as a:
+        a.record_events([ArchiveEvent(now, "resize", None, w, cause, data) for w, cause, data in writes])
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,14 +214,10 @@ def _to_docker(
         done = apply_sizes(engine, plan, settings)
     except EngineError as e:
         raise typer.Exit(_say_bad(f"kalena recommend: {e}", EXIT_CLUSTER)) from None
-    now = time.time()
-    events = [
-        ArchiveEvent(now, "resize", None, d.workload, d.outcome.split(":")[0],
-                     {"target": plan.targets[d.workload].name, **d.fields})
+    _audit_resizes(archive, [
+        (d.workload, d.outcome.split(":")[0], {"target": plan.targets[d.workload].name, **d.fields})
         for d in done if d.outcome != "unchanged" and d.workload in plan.targets
-    ]  # fmt: skip
-    with open_archive(archive) as a:
-        a.record_events(events)
+    ])  # fmt: skip
     return done
 
 
