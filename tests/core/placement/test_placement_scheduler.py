@@ -308,3 +308,27 @@ def test_a_spread_class_is_searched_again_after_a_placement_elsewhere():
     assert key(reuse) == key(plain)
     assert [(p.workload.id, p.node) for p in reuse.placements] == [("b/b", 1), ("a/a-1", 0)]
     assert [w.workload_id for w in reuse.pending] == ["a/a-0"]
+
+
+def test_a_request_no_node_admits_is_answered_once_for_every_class_that_asks_it():
+    # Three jobs ask 4 cpu on nodes with 3 free; a fourth asks 1 cpu and fits. Unexplained, the
+    # first pod of the first job examines every node and the request is then known to fit nowhere
+    # for the rest of the pass: the other jobs' pods (other classes, same request) and pods named
+    # by nothing else get the same answer without a search. The answers equal the explained pass's.
+    L = ledger_of(nodes3(), [(workload(f"p/s{i}", cpu=5, ram=1), f"n{i}") for i in range(3)])
+    big = [
+        batch(f"j{j}/b-{i}", cpu=4, ram=1, owner=f"j{j}", labels={"job": f"j{j}"})
+        for j in range(3)
+        for i in range(5)
+    ]
+    small = [batch("k/s-0", cpu=1, ram=1, owner="k")]
+    cfg = PlacementConfig(stranded_dims=("cpu", "ram"), relaxed_randomisation=False)
+    quiet = schedule(big + small, L, SchedulingContext(), cfg, np.random.default_rng(0), explain=False)
+    told = schedule(big + small, L, SchedulingContext(), cfg, np.random.default_rng(0))
+    assert [p.workload.id for p in quiet.placements] == [p.workload.id for p in told.placements] == ["k/s-0"]
+    assert [w.workload_id for w in quiet.pending] == [w.workload_id for w in told.pending]
+    assert len(quiet.pending) == 15 and all(w.message == UNEXPLAINED for w in quiet.pending)
+    assert all(w.total_nodes == 3 and w.available == 0 for w in quiet.pending)
+    # one search over the 3 nodes for the unfit request (then none), one for the pod that fits
+    assert quiet.stats.nodes_examined == 3 + 3
+    assert told.stats.nodes_examined > quiet.stats.nodes_examined

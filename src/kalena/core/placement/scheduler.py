@@ -16,7 +16,10 @@ One pass, for each pending pod in :func:`pending_sort_key` order:
 A pod no node accepts gets a :class:`WhyPending`. The ledger is never written here. With
 ``explain=False`` a pending pod's ``WhyPending`` carries no statuses, binding dimension or
 message (:data:`UNEXPLAINED`): the placements are the same, and a caller that reads only them
-(the simulator; the report asks ``why_pending`` itself) spares the explanation's cost.
+(the simulator; the report asks ``why_pending`` itself) spares the explanation's cost. Then,
+without sampling, a request that no node's ledger admits is remembered for the pass: a pass only
+adds to the ledger's sums, so every later pod asking for it waits too, whatever its class, and is
+answered before any per-pod work (a backlog's pods are mostly such pods).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from kalena.core.placement.runner import Prepared, explain, feasible, prepare, r
 from kalena.core.placement.score import DEFAULT_SCORES, Score
 from kalena.core.placement.state import PassState
 from kalena.core.placement.why import WhyPending, binding_dimension
+from kalena.core.resources import Resources
 from kalena.core.verdict import render_reasons
 
 
@@ -125,6 +129,7 @@ class _Pass:
         self.order = rng.permutation(n) if self.sample else self.all
         self.classes: dict[str, _Class] = {}
         self.examined = 0
+        self.unfit: set[Resources] = set()  # requests no node admits in this pass (explain=False)
         self.fit_plugin = next((f for f in filters if isinstance(f, ReservationFit)), None)
         # whether "no node" stays true for a class (decide); spread applies only to pods with it
         self.monotone = all(getattr(f, "monotone", False) or isinstance(f, TopologySpread) for f in filters)
@@ -195,6 +200,8 @@ class _Pass:
             # the search draws nothing from ``rng``, so skipping it changes no later decision.
             self.examined += state.n
             cls.nowhere = True  # a pass only adds to the ledger's sums
+            if not self.explain:  # (an explained answer names the class's own filters)
+                self.unfit.add(pod.requests)
             return self.pending(pod, cls)
         checks = self.pod_checks(pod, cls)
         cands = self.search(checks, self.order_of(cls) if cls is not None else self.order)
@@ -297,7 +304,11 @@ def schedule(
     placements: list[PlaceBatch] = []
     won: list[float] = []
     waiting: list[WhyPending] = []
+    unfit, n = run.unfit, state.n
     for pod in pods:
+        if unfit and pod.requests in unfit:  # what decide would answer, without its work
+            waiting.append(WhyPending(pod.id, n, 0, (), None, UNEXPLAINED))
+            continue
         outcome = run.decide(pod)
         if isinstance(outcome, WhyPending):
             waiting.append(outcome)
