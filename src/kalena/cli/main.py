@@ -20,6 +20,7 @@ from kalena import __version__
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ir": ("kalena.cli.ir", "app"),
     "simulate": ("kalena.cli.simulate", "simulate"),
+    "pack": ("kalena.cli.pack", "command"),
     "calibrate": ("kalena.cli.calibrate", "calibrate"),
     "agent": ("kalena.cli.agent", "app"),
     "deployable": ("kalena.cli.deployable", "command"),

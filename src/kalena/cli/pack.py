@@ -1,0 +1,130 @@
+"""``kalena pack``: Infrastructure + Workloads -> a Blueprint, by the core's packer.
+
+Exit codes: 0 every workload placed (and the blueprint written with ``--out``); 1 some workloads
+could not be placed under the hard rules (each printed with its reason; nothing written); 2 bad
+input (one line per problem, ``FILE: KEYPATH: MESSAGE (value: VALUE)``) or an unwritable output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kalena.cli.screen import table_console
+from kalena.core.cluster import Cluster
+from kalena.core.packing import PackResult, pack
+from kalena.core.resources import CPU, RAM
+from kalena.data import irina_paths
+from kalena.ir import IRError, load_cluster
+from kalena.ir.checks import soft_notes
+from kalena.ir.document import BlueprintDoc, MetaDoc
+from kalena.ir.write import dump_blueprint, write_text_atomic
+
+EXIT_PENDING = 1
+EXIT_BAD_INPUT = 2
+#: soft-rule notes printed before the rest are only counted
+SHOWN_NOTES = 20
+
+
+def _fail(lines: list[str]) -> typer.Exit:
+    for line in lines:
+        typer.echo(line, err=True)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _mean_used(result: PackResult, cluster: Cluster, d: int) -> float:
+    """Mean over the active nodes of requested / capacity on dimension ``d`` (Kuberina's figure)."""
+    cap = cluster.capacity_matrix()[:, d]
+    active = (result.load.any(axis=1)) & np.isfinite(cap) & (cap > 0)
+    return float((result.load[active, d] / cap[active]).mean()) if active.any() else float("nan")
+
+
+def summary(cluster: Cluster, result: PackResult, notes: list[str]) -> dict[str, object]:
+    """The figures a person (or ``--json``) reads."""
+    return {
+        "workloads": len(cluster.workloads),
+        "placed": len(result.placement),
+        "pending": [{"workload": w, "reason": why} for w, why in result.pending],
+        "nodes": len(cluster.nodes),
+        "active_nodes": result.active_nodes,
+        "mean_cpu_on_active_nodes": round(_mean_used(result, cluster, CPU), 4),
+        "mean_ram_on_active_nodes": round(_mean_used(result, cluster, RAM), 4),
+        "soft_rules_broken": len(notes),
+    }
+
+
+def command(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="INFRA WORKLOADS (IR v1 or legacy); default: the bundled Irina benchmark.",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the blueprint here (IR v1), only when every workload is placed."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the figures as JSON instead of tables.")
+    ] = False,
+) -> None:
+    """Pack production by its requests: Infrastructure + Workloads -> a Blueprint (hard rules kept,
+    soft affinity reported)."""
+    paths = list(files) if files else list(irina_paths())[:2]
+    if len(paths) != 2:
+        raise _fail([f"pack: expected INFRA WORKLOADS (two files), got {len(paths)}"])
+    try:
+        cluster = load_cluster(paths[0], paths[1])
+    except IRError as e:
+        raise _fail([p.render() for p in e.problems]) from None
+    result = pack(cluster)
+    notes = soft_notes(dataclasses.replace(cluster, placement=result.placement))
+    figures = summary(cluster, result, notes)
+    if as_json:
+        typer.echo(json.dumps(figures, indent=2))
+    else:
+        _show(figures, notes, result)
+    if result.pending:
+        if out is not None:
+            typer.echo(f"{out}: not written: {len(result.pending)} workloads could not be placed", err=True)
+        raise typer.Exit(EXIT_PENDING)
+    if out is not None:
+        doc = BlueprintDoc(
+            str(out),
+            legacy=False,
+            solution=tuple((w.id, result.placement[w.id]) for w in cluster.workloads),
+            metadata=MetaDoc(feasible=True),
+        )
+        try:
+            write_text_atomic(out, dump_blueprint(doc))
+        except OSError as e:
+            raise _fail([f"{out}: cannot write the blueprint: {e.strerror or e}"]) from None
+        if not as_json:
+            typer.echo(f"wrote {out}")
+
+
+def _show(figures: dict[str, object], notes: list[str], result: PackResult) -> None:
+    con = table_console()
+    table = Table(title="Packed by requests", show_header=False, title_justify="left")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("workloads placed", f"{figures['placed']:,} of {figures['workloads']:,}")
+    table.add_row("active nodes", f"{figures['active_nodes']:,} of {figures['nodes']:,}")
+    table.add_row("mean cpu requested on active nodes", f"{figures['mean_cpu_on_active_nodes']:.1%}")
+    table.add_row("mean ram requested on active nodes", f"{figures['mean_ram_on_active_nodes']:.1%}")
+    table.add_row("soft rules broken (affinity, antiAffinity)", f"{len(notes):,}")
+    con.print(table)
+    for line in notes[:SHOWN_NOTES]:
+        con.print(f"note: {escape(line)}")
+    if len(notes) > SHOWN_NOTES:
+        con.print(f"note: and {len(notes) - SHOWN_NOTES:,} more soft rules broken")
+    for wid, why in result.pending:
+        con.print(f"pending: {escape(wid)}: {escape(why)}")

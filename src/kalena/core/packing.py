@@ -1,0 +1,279 @@
+"""Packing production by its requests: nodes + workloads -> a placement (``kalena pack``).
+
+Kuberina packs production before Kalena sees it. An operator without Kuberina, and the
+compaction of issue 14 (remove nodes until the workload no longer fits), need the same job, so
+this packer places every workload of a :class:`~kalena.core.cluster.Cluster` on its nodes,
+under the rules a blueprint must keep (the checks ``kalena ir validate`` runs on one):
+
+* **hard** (never broken; a workload that cannot keep them waits, with the reason):
+  - fit: on every node and dimension, the summed requests stay within ``C_n`` (allocatable
+    minus the Phase 0 DaemonSets), with the one relative tolerance ``REL_TOL``;
+  - the workload's ``nodeSelector`` holds and it tolerates every taint that repels;
+  - a gang (IR v1 §3.2) is placed all or nothing, at least ``minMembers`` of it; ``colocate:
+    true`` puts its members on one node; a group ``nodeSelector`` holds for every member;
+* **soft** (``affinity`` and ``antiAffinity`` in IR v1): kept where some feasible node keeps
+  them, else broken and counted (:attr:`PackResult.soft_broken`).
+
+**Order.** Gangs first (a colocated gang as one item, its requests summed), then the other
+workloads by decreasing size, the largest share of the mean node capacity any dimension of the
+request takes (first-fit-decreasing's order: the big items placed while the room is there),
+ties by id.
+
+**Choice**, per workload over the nodes where the hard rules allow it, by these keys in turn:
+fewest soft rules broken; a node already in use before an empty one (the packing: fewer
+active nodes); best fit, the least share of the node's capacity left on its fullest-left
+dimension after placing it; the lowest node index. Everything here is a pure function of its
+arguments: the same cluster and node mask give the same placement.
+
+``allowed`` restricts the nodes (``(N,)`` bool), which is how compaction removes nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kalena.core.cluster import Cluster, Group
+from kalena.core.model import Selector, WorkloadSpec, selector_matches, tolerates_all
+from kalena.core.resources import DIMS
+from kalena.core.tolerance import REL_TOL
+
+
+@dataclass(frozen=True, slots=True)
+class PackResult:
+    """Where each workload went (``placement``: id -> node name), and which could not go.
+
+    ``pending``: ``(id, reason)`` for every workload the hard rules left out, in pack order.
+    ``soft_broken``: the number of soft rules (one per workload and rule kind) the placement
+    breaks, counted as ``kalena.ir.checks.soft_notes`` counts them.
+    """
+
+    placement: Mapping[str, str]
+    pending: tuple[tuple[str, str], ...]
+    soft_broken: int
+    active_nodes: int
+    #: requests placed on each node, shape (N, 8)
+    load: np.ndarray
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending
+
+
+class _Targets:
+    """Each workload's soft-rule targets as workload indices (``Cluster.targets_of``, itself
+    left out), and the reverse index of the antiAffinity ones."""
+
+    def __init__(self, cluster: Cluster, index: Mapping[str, int]) -> None:
+        def resolve(sel: Selector, me: str) -> list[int]:
+            return [] if sel.is_empty() else sorted(index[t] for t in cluster.targets_of(sel) if t != me)
+
+        self.anti = [resolve(w.anti_affinity, w.id) for w in cluster.workloads]
+        self.aff = [resolve(w.affinity, w.id) for w in cluster.workloads]
+        self.anti_of: list[list[int]] = [[] for _ in cluster.workloads]  # who names i in an antiAffinity
+        for i, targets in enumerate(self.anti):
+            for t in targets:
+                self.anti_of[t].append(i)
+
+
+def _size(requests: np.ndarray, mean_capacity: np.ndarray) -> np.ndarray:
+    """Each request's largest share of the mean node capacity (0 where a dimension has none)."""
+    share = np.divide(
+        requests,
+        mean_capacity,
+        out=np.zeros_like(requests),
+        where=np.isfinite(mean_capacity) & (mean_capacity > 0),
+    )
+    return share.max(axis=1) if share.size else np.zeros(len(requests))
+
+
+class _Packer:
+    def __init__(self, cluster: Cluster, allowed: np.ndarray | None) -> None:
+        self.cluster = cluster
+        self.nodes = cluster.nodes
+        n = len(self.nodes)
+        self.cap = cluster.capacity_matrix()
+        self.cap_tol = self.cap + REL_TOL * np.maximum(1.0, np.abs(self.cap))
+        finite = np.isfinite(self.cap) & (self.cap > 0)
+        self.divisor = np.where(finite, self.cap, 1.0)
+        self.finite = finite
+        self.allowed = np.ones(n, dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
+        if self.allowed.shape != (n,):
+            raise ValueError(f"allowed must have shape ({n},), got {self.allowed.shape}")
+        self.workloads = cluster.workloads
+        self.req = cluster.requests_matrix()
+        self.index = {w.id: i for i, w in enumerate(self.workloads)}
+        self.load = np.zeros_like(self.cap)
+        self.count = np.zeros(n, dtype=np.int64)
+        self.where = np.full(len(self.workloads), -1, dtype=np.int64)
+        self.targets = _Targets(cluster, self.index)
+        self._static: dict[tuple[object, ...], np.ndarray] = {}
+
+    # the hard rules that do not depend on the others' placement -----------------------------------
+    def static_mask(self, w: WorkloadSpec, group_selector: Mapping[str, str]) -> np.ndarray:
+        key = (tuple(sorted(w.node_selector.items())), w.tolerations, tuple(sorted(group_selector.items())))
+        mask = self._static.get(key)
+        if mask is None:
+            mask = np.array(
+                [
+                    selector_matches(w.node_selector, nd.labels)
+                    and selector_matches(group_selector, nd.labels)
+                    and tolerates_all(w.tolerations, nd.taints)
+                    for nd in self.nodes
+                ],
+                dtype=bool,
+            )
+            self._static[key] = mask
+        return mask & self.allowed
+
+    def fits(self, request: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return mask & (self.load + request <= self.cap_tol).all(axis=1)
+
+    # the soft rules ------------------------------------------------------------------------------------
+    def soft_cost(self, members: Sequence[int]) -> np.ndarray:
+        """Per node: the soft rules placing ``members`` there would break (as soft_notes counts)."""
+        n = len(self.nodes)
+        cost = np.zeros(n, dtype=np.int64)
+        for i in members:
+            for targets in (self.targets.anti[i], self.targets.anti_of[i]):
+                placed = self.where[targets] if targets else np.zeros(0, dtype=np.int64)
+                placed = placed[placed >= 0]
+                if placed.size:
+                    cost += np.bincount(placed, minlength=n) > 0
+            aff = self.targets.aff[i]
+            if aff:  # a node with none of its targets breaks it (unplaced ones count as elsewhere)
+                placed = self.where[aff]
+                cost += np.bincount(placed[placed >= 0], minlength=n) == 0
+        return cost
+
+    def choose(self, request: np.ndarray, feasible: np.ndarray, members: Sequence[int]) -> int | None:
+        cand = np.flatnonzero(feasible)
+        if not cand.size:
+            return None
+        soft = self.soft_cost(members)[cand]
+        closed = (self.count[cand] == 0).astype(np.int64)
+        left = np.where(
+            self.finite[cand], (self.cap[cand] - self.load[cand] - request) / self.divisor[cand], 0.0
+        )
+        left = left.max(axis=1)
+        order = np.lexsort((cand, left, closed, soft))  # the last key is the first compared
+        return int(cand[order[0]])
+
+    def put(self, members: Sequence[int], node: int) -> None:
+        for i in members:
+            self.load[node] += self.req[i]
+            self.where[i] = node
+        self.count[node] += len(members)
+
+    def take_back(self, members: Sequence[int]) -> None:
+        for i in members:
+            node = int(self.where[i])
+            if node >= 0:
+                self.load[node] -= self.req[i]
+                self.count[node] -= 1
+                self.where[i] = -1
+
+    def why_not(self, request: np.ndarray, mask: np.ndarray) -> str:
+        if not mask.any():
+            return "no node keeps its nodeSelector and taints" + (
+                "" if self.allowed.all() else " among the nodes allowed"
+            )
+        room = self.cap_tol[mask] - self.load[mask]
+        short = [DIMS[d] for d in range(len(DIMS)) if not (room[:, d] >= request[d]).any()]
+        if short:
+            return f"no node has room for its requests ({', '.join(short)})"
+        return "no node has room for its requests on every dimension at once"
+
+    # placing -------------------------------------------------------------------------------------------
+    def place_one(self, i: int, group_selector: Mapping[str, str]) -> str | None:
+        w, r = self.workloads[i], self.req[i]
+        mask = self.static_mask(w, group_selector)
+        node = self.choose(r, self.fits(r, mask), (i,))
+        if node is None:
+            return self.why_not(r, mask)
+        self.put((i,), node)
+        return None
+
+    def place_group(self, g: Group) -> list[tuple[int, str]]:
+        """The gang's members placed, or none of them; the reasons of those that could not go."""
+        members = [self.index[m] for m in g.members]
+        if g.colocate:
+            mask = self.allowed.copy()
+            for i in members:
+                mask &= self.static_mask(self.workloads[i], g.node_selector)
+            total = self.req[members].sum(axis=0)
+            node = self.choose(total, self.fits(total, mask), members)
+            if node is None:
+                why = (
+                    f"gang {g.name}: no one node takes all {len(members)} members (colocate), "
+                    + self.why_not(total, mask)
+                )
+                return [(i, why) for i in members]
+            self.put(members, node)
+            return []
+        failed: list[tuple[int, str]] = []
+        for i in members:
+            why = self.place_one(i, g.node_selector)
+            if why is not None:
+                failed.append((i, f"gang {g.name}: {why}"))
+        if len(members) - len(failed) < g.min_members:
+            self.take_back(members)
+            fit = len(members) - len(failed)
+            lost = (
+                f"gang {g.name}: {fit} of {len(members)} members fit, fewer than minMembers {g.min_members}"
+            )
+            reasons = dict(failed)
+            return [(i, reasons.get(i, lost)) for i in members]
+        return failed
+
+
+def pack(cluster: Cluster, allowed: np.ndarray | None = None) -> PackResult:
+    """Place every workload of ``cluster`` on its nodes (module docstring); the cluster's own
+    placement is ignored. ``allowed`` (N,) bool restricts the nodes."""
+    p = _Packer(cluster, allowed)
+    counted = p.finite.sum(axis=0)  # the mean over the nodes that bound a dimension (none: 0)
+    mean = np.divide(
+        np.where(p.finite, p.cap, 0.0).sum(axis=0), counted, out=np.zeros(len(DIMS)), where=counted > 0
+    )
+
+    def gang_size(g: Group) -> float:
+        return float(_size(p.req[[p.index[m] for m in g.members]].sum(axis=0, keepdims=True), mean)[0])
+
+    pending: list[tuple[int, str]] = []
+    in_group: set[int] = set()
+    for g in sorted(cluster.groups, key=lambda g: (-gang_size(g), g.name)):
+        in_group.update(p.index[m] for m in g.members)
+        pending.extend(p.place_group(g))
+    rest = np.array([i for i in range(len(p.workloads)) if i not in in_group], dtype=np.int64)
+    if rest.size:
+        ids = np.array([p.workloads[i].id for i in rest.tolist()], dtype=object)
+        for i in rest[np.lexsort((ids, -_size(p.req[rest], mean)))].tolist():
+            why = p.place_one(i, {})
+            if why is not None:
+                pending.append((i, why))
+    names = [nd.name for nd in p.nodes]
+    placement = {p.workloads[i].id: names[int(p.where[i])] for i in np.flatnonzero(p.where >= 0).tolist()}
+    return PackResult(
+        placement=placement,
+        pending=tuple((p.workloads[i].id, why) for i, why in pending),
+        soft_broken=_soft_broken(p),
+        active_nodes=int(np.count_nonzero(p.count)),
+        load=p.load,
+    )
+
+
+def _soft_broken(p: _Packer) -> int:
+    """Soft rules broken by the final placement: per placed workload, its antiAffinity (a target
+    on its node) and its affinity (targets placed, none on its node), as soft_notes counts."""
+    broken = 0
+    for i in np.flatnonzero(p.where >= 0).tolist():
+        node = p.where[i]
+        anti = p.where[p.targets.anti[i]] if p.targets.anti[i] else np.zeros(0, dtype=np.int64)
+        if (anti == node).any():
+            broken += 1
+        aff = p.targets.aff[i]
+        if aff and not (p.where[aff] == node).any():
+            broken += 1
+    return broken

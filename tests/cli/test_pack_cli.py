@@ -1,0 +1,66 @@
+"""``kalena pack``: a blueprint the IR reader accepts, its figures, and each exit code (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_testlib import run_kalena
+
+from kalena.data import irina_paths
+from kalena.ir import load_cluster
+from kalena.ir.checks import soft_notes
+
+V1I = "apiVersion: kuberina.io/v1\nkind: Infrastructure\n"
+V1W = "apiVersion: kuberina.io/v1\nkind: Workloads\n"
+NODES = (
+    V1I
+    + "nodes:\n  - {name: n1, allocatable: {cpu: 4, ram: 8}}\n  - {name: n2, allocatable: {cpu: 4, ram: 8}}\n"
+)
+
+
+def test_the_bundled_irina_packs_into_a_blueprint_the_reader_accepts(tmp_path: Path):
+    out = tmp_path / "blueprint.yaml"
+    r = run_kalena(["pack", "--out", str(out), "--json"], tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)
+    assert figures["placed"] == figures["workloads"] == 2714 and figures["pending"] == []
+    assert figures["active_nodes"] <= 152  # Kuberina's own full packing of the same pods
+    infra, workloads, _ = irina_paths()
+    cluster = load_cluster(infra, workloads, out)  # every hard rule, checked by the reader
+    assert len({*cluster.placement.values()}) == figures["active_nodes"]
+    assert figures["soft_rules_broken"] == len(soft_notes(cluster))
+
+
+def test_the_table_names_the_figures(tmp_path: Path):
+    files = tmp_path / "infra.yaml", tmp_path / "wl.yaml"
+    files[0].write_text(NODES, encoding="utf-8")
+    files[1].write_text(
+        V1W + "namespaces:\n  a:\n    - {name: web, replicas: 3, requests: {cpu: 1, ram: 1}}\n"
+    )
+    r = run_kalena(["pack", *map(str, files)], tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "workloads placed" in r.stdout and "3 of 3" in r.stdout
+    assert "active nodes" in r.stdout and "1 of 2" in r.stdout
+
+
+def test_pods_that_cannot_go_are_named_with_the_reason_and_nothing_is_written(tmp_path: Path):
+    files = tmp_path / "infra.yaml", tmp_path / "wl.yaml"
+    files[0].write_text(NODES, encoding="utf-8")
+    files[1].write_text(V1W + "namespaces:\n  a:\n    - {name: big, replicas: 1, requests: {cpu: 6}}\n")
+    out = tmp_path / "bp.yaml"
+    r = run_kalena(["pack", *map(str, files), "--out", str(out)], tmp_path, timeout=60)
+    assert r.returncode == 1
+    assert "pending: a/big-0: no node has room for its requests (cpu)" in r.stdout
+    assert "not written" in r.stderr and not out.exists()
+
+
+def test_bad_input_is_exit_2_naming_the_file_key_and_value(tmp_path: Path):
+    files = tmp_path / "infra.yaml", tmp_path / "wl.yaml"
+    files[0].write_text(NODES, encoding="utf-8")
+    files[1].write_text(V1W + "namespaces:\n  a:\n    - {name: web, replicas: -1, requests: {cpu: 1}}\n")
+    r = run_kalena(["pack", *map(str, files)], tmp_path, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert str(files[1]) in r.stderr and "replicas" in r.stderr and "-1" in r.stderr
+    one = run_kalena(["pack", str(files[0])], tmp_path, timeout=60)
+    assert one.returncode == 2 and "expected INFRA WORKLOADS" in one.stderr
