@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ir": ("kalena.cli.ir", "app"),
     "simulate": ("kalena.cli.simulate", "simulate"),
     "pack": ("kalena.cli.pack", "command"),
+    "compact": ("kalena.cli.compact", "command"),
     "calibrate": ("kalena.cli.calibrate", "calibrate"),
     "agent": ("kalena.cli.agent", "app"),
     "deployable": ("kalena.cli.deployable", "command"),

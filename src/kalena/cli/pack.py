@@ -73,7 +73,7 @@ def command(
         typer.Option("--out", help="Write the blueprint here (IR v1), only when every workload is placed."),
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the figures as JSON instead of tables.")
+        bool, typer.Option("--json", metavar="", help="Print the figures as JSON instead of tables.")
     ] = False,
 ) -> None:
     """Pack production by its requests: Infrastructure + Workloads -> a Blueprint (hard rules kept,
