@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kalena.core.cluster import Cluster, Group
-from kalena.core.compaction import budget, compact, relax_large_gangs, trial
+from kalena.core.compaction import BatchLoad, arm, budget, compact, grown, relax_large_gangs, trial
 from kalena.testing.builders import node, workload
 
 
@@ -55,3 +55,34 @@ def test_a_gang_larger_than_half_the_cluster_loses_its_gang_rules():
     assert relax_large_gangs(big).groups == () and relax_large_gangs(small).groups == small.groups
     assert trial(big, 0).nodes == 3  # packed as single pods
     assert np.isfinite(compact(small, seeds=[0]).p90)
+
+
+def batch_load(c: Cluster, pods: int, cpu: float, reserved: float) -> BatchLoad:
+    batch = tuple(workload(f"b/t-{i}", cpu=cpu, ram=0.5, tier="batch") for i in range(pods))
+    res = np.zeros((pods, 8))
+    res[:, 0], res[:, 1] = reserved, 0.5
+    return BatchLoad(batch, res, c.requests_matrix() * 0.5)
+
+
+def test_the_arms_count_batch_by_its_reservation_or_its_request():
+    c = cluster_of(6, 6)  # 18 cpu of production
+    load = batch_load(c, 10, cpu=2.0, reserved=0.5)
+    extra, ledgers = arm(c, load, reclaim=False)
+    assert extra == load.batch and len(ledgers) == 1
+    assert ledgers[0][:6, 0].tolist() == [3.0] * 6 and ledgers[0][6:, 0].tolist() == [2.0] * 10
+    _, (requests, reservations) = arm(c, load, reclaim=True)
+    assert requests[6:].sum() == 0 and requests[:6, 0].tolist() == [3.0] * 6  # batch is not in it
+    assert reservations[:6, 0].tolist() == [1.5] * 6 and reservations[6:, 0].tolist() == [0.5] * 10
+    assert arm(c, None, reclaim=True) == ((), None)
+    on, off = trial(c, 0, load=load, reclaim=True), trial(c, 0, load=load, reclaim=False)
+    # on: 18 cpu of production requests, 9 + 5 reserved -> 2 nodes; off: 18 + 20 cpu -> 4 nodes
+    assert (on.nodes, off.nodes) == (2, 4)
+
+
+def test_a_workload_larger_than_the_cluster_grows_it_by_clones_of_its_nodes():
+    c = cluster_of(2, 12)  # 36 cpu on 20: four 10-cpu nodes needed
+    t = trial(c, 3)
+    assert t.nodes == 4 and t.added >= 2 and t.pending == ()
+    pool = grown(c, np.array([1, 0]), 3)
+    assert [n.name for n in pool.nodes] == ["n0", "n1", "n1~0", "n0~1", "n1~2"]
+    assert pool.capacity["n1~2"] == c.capacity["n1"]

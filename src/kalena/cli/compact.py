@@ -1,17 +1,20 @@
-"""``kalena compact``: the fewest nodes production still fits on, by trials in worker processes.
+"""``kalena compact``: the fewest nodes the workload fits on, with and without reclamation.
 
 Exit codes: 0 done; 2 bad input (one line per problem, ``FILE: KEYPATH: MESSAGE (value: VALUE)``),
-or a workload that does not fit even the whole cluster.
+or a workload that does not fit even sixteen times the cluster.
 """
 
 from __future__ import annotations
 
+import copyreg
+import dataclasses
 import functools
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Annotated
+from types import MappingProxyType
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,11 +23,28 @@ from rich.table import Table
 
 from kalena.cli.screen import table_console
 from kalena.core.cluster import Cluster
-from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, Compaction, Trial, trial
+from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, BatchLoad, Compaction, Trial, trial
+from kalena.core.packing import pack
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 
 EXIT_BAD_INPUT = 2
+#: Kuberina's own figures for Irina (its paper): full packing and the Pareto point.
+KUBERINA_FULL, KUBERINA_PARETO = 152, 182
+ARMS = ("production", "reclaim_on", "reclaim_off")
+
+
+def _unproxy(d: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(d)
+
+
+def _proxy(m: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
+    return _unproxy, (dict(m),)
+
+
+# The batch pods travel to the worker processes, and the core's frozen specs keep their labels in
+# read-only mappings, which pickle cannot take by itself: it rebuilds them from a plain dict.
+copyreg.pickle(MappingProxyType, _proxy)  # type: ignore[arg-type]
 
 
 def _fail(lines: list[str]) -> typer.Exit:
@@ -38,16 +58,46 @@ def _cluster(infra: str, workloads: str) -> Cluster:
     return load_cluster(infra, workloads)
 
 
-def _one(infra: str, workloads: str, seed: int, pending_fraction: float) -> Trial:
+def _one(
+    infra: str, workloads: str, seed: int, fraction: float, load: BatchLoad | None, reclaim: bool
+) -> Trial:
     """One trial in a worker process (the cluster read once per process)."""
-    return trial(_cluster(infra, workloads), seed, pending_fraction)
+    return trial(_cluster(infra, workloads), seed, fraction, load, reclaim)
 
 
-def _blueprint_nodes(infra: str, workloads: str, blueprint: str) -> int | None:
+def _checkpoint(
+    paths: list[str], cluster: Cluster, hours: float, seed: int, quiet: bool
+) -> tuple[Any, Cluster]:
+    """Simulate ``hours`` on the cluster (its blueprint, or the packer's placement) and return the
+    worst hourly checkpoint, and the placed cluster the run used."""
+    from kalena.sim import SimConfig, Simulation
+    from kalena.sim.checkpoint import run_with_checkpoints, worst
+
+    if len(paths) == 3:
+        placed = load_cluster(*paths)
+    else:
+        result = pack(cluster)
+        if not result.complete:
+            raise _fail(
+                [f"{paths[1]}: production does not pack onto the cluster: {len(result.pending)} pods pending"]
+            )
+        placed = dataclasses.replace(cluster, placement=result.placement)
+    sim = Simulation(placed, SimConfig(hours=hours, seed=seed))
+    with Progress(
+        TextColumn("simulating for checkpoints"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=quiet,
+        console=Console(stderr=True),
+    ) as bar:
+        task = bar.add_task("ticks", total=sim.cfg.ticks)
+        checkpoints = run_with_checkpoints(sim, cluster, progress=lambda k, _t: bar.update(task, completed=k))
     try:
-        return len({*load_cluster(infra, workloads, blueprint).placement.values()})
-    except IRError:
-        return None
+        return worst(checkpoints, cluster), placed
+    except ValueError as e:
+        raise _fail([f"--batch-hours: {e} (value: {hours:g})"]) from None
 
 
 def command(
@@ -59,7 +109,7 @@ def command(
         ),
     ] = None,
     trials: Annotated[
-        int, typer.Option(help="Trials (removal orders), seeds 0..N-1.", min=1)
+        int, typer.Option(help="Trials (removal orders) per arm, seeds 0..N-1.", min=1)
     ] = DEFAULT_TRIALS,
     workers: Annotated[int, typer.Option(help="Worker processes (0: one per CPU).", min=0)] = 0,
     pending_fraction: Annotated[
@@ -68,70 +118,153 @@ def command(
             help="Share of workloads that may stay pending and still fit (Borg: 0.2 %).", min=0.0, max=1.0
         ),
     ] = PENDING_FRACTION,
+    batch_hours: Annotated[
+        float,
+        typer.Option(
+            help="Simulated hours whose worst hourly checkpoint gives the batch and the reservations "
+            "(0: production alone).",
+            min=0.0,
+            max=8784.0,
+        ),
+    ] = 24.0,
+    seed: Annotated[int, typer.Option(help="The simulation's seed.", min=0)] = 0,
     as_json: Annotated[
         bool, typer.Option("--json", metavar="", help="Print the figures as JSON instead of a table.")
     ] = False,
 ) -> None:
-    """Compact the cluster: remove nodes in random orders until production (packed by requests,
-    hard rules kept) no longer fits; report the 90th percentile and min-max over the trials."""
+    """Compact the cluster (Borg §5.1): remove nodes in random orders until the workload, packed
+    with every hard rule kept, no longer fits; production alone, then with a simulated day's batch
+    packed by reservations (reclamation on) and by requests (off)."""
     paths = [str(p) for p in files] if files else [str(p) for p in irina_paths()]
     if len(paths) not in (2, 3):
         raise _fail([f"compact: expected INFRA WORKLOADS [BLUEPRINT], got {len(paths)} files"])
+    if 0 < batch_hours < 1:
+        raise _fail([f"--batch-hours: at least one hour (one checkpoint), or 0 (value: {batch_hours:g})"])
     try:
         cluster = _cluster(paths[0], paths[1])
     except IRError as e:
         raise _fail([p.render() for p in e.problems]) from None
-    baseline = _blueprint_nodes(*paths) if len(paths) == 3 else None
-    n_workers = workers or os.cpu_count() or 1
-    results: dict[int, Trial] = {}
+    load, checkpoint, baseline = None, None, None
+    if len(paths) == 3:
+        try:
+            baseline = len({*load_cluster(*paths).placement.values()})
+        except IRError as e:
+            raise _fail([p.render() for p in e.problems]) from None
+    if batch_hours > 0:
+        cp, _ = _checkpoint(paths, cluster, batch_hours, seed, as_json)
+        load = cp.load
+        checkpoint = {
+            "time_h": cp.time / 3600.0,
+            "reserved_share": round(cp.share(cluster), 4),
+            "batch_pods": len(load.batch),
+        }
+    arms = [("production", None, True)] + (
+        [("reclaim_on", load, True), ("reclaim_off", load, False)] if load else []
+    )
+    results = _run_trials(paths, arms, trials, workers, pending_fraction, as_json)
+    figures: dict[str, Any] = {
+        "nodes": len(cluster.nodes),
+        "workloads": len(cluster.workloads),
+        "blueprint_active_nodes": baseline,
+        "kuberina_paper": {"full_packing": KUBERINA_FULL, "pareto": KUBERINA_PARETO} if not files else None,
+        "pending_fraction": pending_fraction,
+        "checkpoint": checkpoint,
+    }
+    for name, result in results.items():
+        figures[name] = {
+            "p90": result.p90,
+            "min": result.low,
+            "max": result.high,
+            "trials": [
+                {
+                    "seed": t.seed,
+                    "nodes": t.nodes,
+                    "added": t.added,
+                    "pending": list(t.pending),
+                    "packs": t.packs,
+                }
+                for t in result.trials
+            ],
+        }
+    if load is not None:
+        figures["extra_nodes_without_reclamation"] = results["reclaim_off"].p90 - results["reclaim_on"].p90
+    if as_json:
+        typer.echo(json.dumps(figures, indent=2))
+        return
+    _show(figures, results, trials, pending_fraction)
+
+
+def _run_trials(
+    paths: list[str],
+    arms: list[tuple[str, BatchLoad | None, bool]],
+    trials: int,
+    workers: int,
+    fraction: float,
+    quiet: bool,
+) -> dict[str, Compaction]:
+    jobs = [(name, s, load, reclaim) for name, load, reclaim in arms for s in range(trials)]
+    done: dict[tuple[str, int], Trial] = {}
     try:
         with (
-            ProcessPoolExecutor(max_workers=min(n_workers, trials)) as pool,
+            ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool,
             Progress(
                 TextColumn("compaction trials"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 transient=True,
-                disable=as_json,
+                disable=quiet,
                 console=Console(stderr=True),
             ) as bar,
         ):
-            task = bar.add_task("trials", total=trials)
-            futures = {pool.submit(_one, paths[0], paths[1], s, pending_fraction): s for s in range(trials)}
+            task = bar.add_task("trials", total=len(jobs))
+            futures = {
+                pool.submit(_one, paths[0], paths[1], s, fraction, load, reclaim): (name, s)
+                for name, s, load, reclaim in jobs
+            }
             for f in as_completed(futures):
-                results[futures[f]] = f.result()
+                done[futures[f]] = f.result()
                 bar.advance(task)
-    except ValueError as e:  # the workload does not fit the whole cluster
+    except ValueError as e:  # the workload does not fit even a grown cluster
         raise _fail([f"{paths[1]}: {e}"]) from None
-    result = Compaction(tuple(results[s] for s in range(trials)))
-    figures = {
-        "nodes": len(cluster.nodes),
-        "workloads": len(cluster.workloads),
-        "trials": [
-            {"seed": t.seed, "nodes": t.nodes, "pending": list(t.pending), "packs": t.packs}
-            for t in result.trials
-        ],
-        "p90": result.p90,
-        "min": result.low,
-        "max": result.high,
-        "blueprint_active_nodes": baseline,
-        "pending_fraction": pending_fraction,
-    }
-    if as_json:
-        typer.echo(json.dumps(figures, indent=2))
-        return
+    return {name: Compaction(tuple(done[(name, s)] for s in range(trials))) for name, _, _ in arms}
+
+
+def _show(figures: dict[str, Any], results: dict[str, Compaction], trials: int, fraction: float) -> None:
     con = table_console()
-    table = Table(title="Compaction: production packed by requests", show_header=False, title_justify="left")
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    table.add_row("nodes in the cluster", f"{len(cluster.nodes):,}")
-    if baseline is not None:
-        table.add_row("active nodes in the blueprint", f"{baseline:,}")
-    table.add_row(f"smallest cluster, p90 of {trials} trials", f"{result.p90:g}")
-    table.add_row("min - max", f"{result.low} - {result.high}")
-    table.add_row("per trial", " ".join(str(t.nodes) for t in result.trials))
+    table = Table(title=f"Compaction: the smallest cluster, p90 of {trials} trials", title_justify="left")
+    for col in ("workload", "p90", "min - max", "per trial"):
+        table.add_column(col, justify="left" if col in ("workload", "per trial") else "right")
+    label = {
+        "production": "production by requests",
+        "reclaim_on": "+ batch, reclamation on (reservations)",
+        "reclaim_off": "+ batch, reclamation off (requests)",
+    }
+    for name, r in results.items():
+        table.add_row(
+            label[name], f"{r.p90:g}", f"{r.low} - {r.high}", " ".join(str(t.nodes) for t in r.trials)
+        )
     con.print(table)
-    for t in result.trials:
-        for w in t.pending:
-            con.print(f"pending in trial {t.seed} (within the {pending_fraction:.1%} allowed): {w}")
+    con.print(f"nodes in the cluster: {figures['nodes']:,}")
+    if figures["blueprint_active_nodes"] is not None:
+        con.print(f"active nodes in the blueprint: {figures['blueprint_active_nodes']:,}")
+    if figures["kuberina_paper"]:
+        con.print(
+            f"Kuberina's figures for Irina: {KUBERINA_FULL} nodes (full packing), {KUBERINA_PARETO} (Pareto)"
+        )
+    cp = figures["checkpoint"]
+    if cp is not None:
+        con.print(
+            f"batch and reservations: the worst hourly checkpoint, at {cp['time_h']:g} h "
+            f"({cp['batch_pods']:,} batch pods; {cp['reserved_share']:.1%} of capacity reserved "
+            "on the most used dimension)"
+        )
+        con.print(
+            f"extra nodes needed without reclamation (p90): {figures['extra_nodes_without_reclamation']:g}"
+        )
+    for name, r in results.items():
+        for t in r.trials:
+            if t.pending:
+                con.print(
+                    f"{name}, trial {t.seed}: {len(t.pending)} pending, within the {fraction:.1%} allowed"
+                )

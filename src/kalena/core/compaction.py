@@ -13,6 +13,16 @@ As Borg did, so that a handful of pathological workloads do not decide the figur
 * a gang with more members than half the cluster's nodes keeps its members but loses its gang
   rules (all or nothing, one node): they are packed one by one.
 
+**Growing.** A workload larger than the cluster (batch by its requests, say) first grows the pool
+by clones of the cluster's own nodes, in a random order of the trial's, until it fits (up to
+``MAX_GROWTH`` times the cluster); the removal then runs over the pool. So "how many nodes would
+this need" has an answer above the cluster's size too.
+
+**The arms** (:func:`arm`): production alone by its requests; production with batch under
+reclamation, Kalena's dual ledger (production's requests in the request ledger, every reservation
+in the reservation ledger); and production with batch by requests in one ledger. The batch and
+the reservations are a moment's (:class:`BatchLoad`; a shell takes them from a simulated run).
+
 Several trials (11 by default) give a distribution; :class:`Compaction` reports its 90th
 percentile with the min and max, Borg's Fig. 10 bars. Trials are independent pure functions of
 (cluster, seed), so a shell may run them in parallel processes.
@@ -28,11 +38,47 @@ from dataclasses import dataclass
 import numpy as np
 
 from kalena.core.cluster import Cluster
+from kalena.core.model import WorkloadSpec
 from kalena.core.packing import PackResult, pack
 
 #: Borg §5.1: "we allowed up to 0.2 % of tasks to go pending".
 PENDING_FRACTION = 0.002
 DEFAULT_TRIALS = 11
+#: The pool grows by clones of the cluster's nodes up to this many times its size.
+MAX_GROWTH = 16
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLoad:
+    """Batch to compact with production, and the reservations of a moment (a simulated
+    checkpoint): ``production_reservation`` (P, 8) in the cluster's workload order, the ``batch``
+    pods and their ``batch_reservation`` (B, 8)."""
+
+    batch: tuple[WorkloadSpec, ...]
+    batch_reservation: np.ndarray
+    production_reservation: np.ndarray
+
+
+def arm(
+    cluster: Cluster, load: BatchLoad | None, reclaim: bool
+) -> tuple[tuple[WorkloadSpec, ...], tuple[np.ndarray, ...] | None]:
+    """The extra workloads and the ledgers of one arm (``pack``'s ``extra`` and ``ledgers``).
+
+    Reclamation off: one ledger, every request (production's and batch's). On: Kalena's dual
+    ledger: production's requests in the request ledger (batch counts nothing there), and every
+    reservation, production's and batch's, in the reservation ledger. Without batch: production
+    by its requests, either way.
+    """
+    if load is None or not load.batch:
+        return (), None
+    prod = cluster.requests_matrix()
+    batch_req = np.array([w.requests.array() for w in load.batch]).reshape(-1, prod.shape[1])
+    if not reclaim:
+        return load.batch, (np.vstack([prod, batch_req]),)
+    return load.batch, (
+        np.vstack([prod, np.zeros_like(batch_req)]),
+        np.vstack([load.production_reservation, load.batch_reservation]),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +91,7 @@ class Trial:
     removed: tuple[str, ...]
     pending: tuple[str, ...]
     packs: int  # how many packs the bisection ran
+    added: int = 0  # clones of the cluster's nodes added to the pool before removing (too small)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,57 +122,88 @@ def relax_large_gangs(cluster: Cluster) -> Cluster:
     return cluster if len(kept) == len(cluster.groups) else dataclasses.replace(cluster, groups=kept)
 
 
-def budget(cluster: Cluster, pending_fraction: float = PENDING_FRACTION) -> int:
-    """How many workloads may stay pending while the workload still counts as fitting."""
-    return math.floor(pending_fraction * len(cluster.workloads))
+def budget(cluster: Cluster, pending_fraction: float = PENDING_FRACTION, extra: int = 0) -> int:
+    """How many workloads (the cluster's and ``extra`` more) may stay pending while the workload
+    still counts as fitting."""
+    return math.floor(pending_fraction * (len(cluster.workloads) + extra))
 
 
-def trial(cluster: Cluster, seed: int, pending_fraction: float = PENDING_FRACTION) -> Trial:
-    """The smallest cluster along one random removal order (module docstring)."""
+def trial(
+    cluster: Cluster,
+    seed: int,
+    pending_fraction: float = PENDING_FRACTION,
+    load: BatchLoad | None = None,
+    reclaim: bool = True,
+) -> Trial:
+    """The smallest cluster along one random removal order (module docstring), for production
+    alone or with ``load``'s batch in the arm ``reclaim`` says (:func:`arm`)."""
     cluster = relax_large_gangs(cluster)
-    n = len(cluster.nodes)
-    allowance = budget(cluster, pending_fraction)
-    order = np.random.default_rng(seed).permutation(n)
+    extra, ledgers = arm(cluster, load, reclaim)
+    allowance = budget(cluster, pending_fraction, len(extra))
+    rng = np.random.default_rng(seed)
+    clone_order = rng.permutation(len(cluster.nodes))
     packs = 0
-
-    def attempt(k: int) -> PackResult:
-        nonlocal packs
-        packs += 1
-        allowed = np.ones(n, dtype=bool)
-        allowed[order[:k]] = False
-        return pack(cluster, allowed)
 
     def fits(r: PackResult) -> bool:
         return len(r.pending) <= allowance
 
-    best = attempt(0)
-    if not fits(best):
-        raise ValueError(
-            f"the workload does not fit the whole cluster: {len(best.pending)} workloads pending, "
-            f"more than the {allowance} allowed"
-        )
+    def attempt(pool: Cluster, off: np.ndarray) -> PackResult:
+        nonlocal packs
+        packs += 1
+        allowed = np.ones(len(pool.nodes), dtype=bool)
+        allowed[off] = False
+        return pack(pool, allowed, extra=extra, ledgers=ledgers)
+
+    # the pool: the cluster, grown by clones of its nodes (in a random order) while too small
+    pool, added = cluster, 0
+    best = attempt(pool, np.zeros(0, dtype=np.int64))
+    while not fits(best):
+        if added >= MAX_GROWTH * len(cluster.nodes) or not cluster.nodes:
+            raise ValueError(
+                f"the workload does not fit the whole cluster, nor {MAX_GROWTH} times as many nodes: "
+                f"{len(best.pending)} workloads pending, more than the {allowance} allowed"
+            )
+        added = max(1, 2 * added, len(cluster.nodes) // 8)
+        pool = grown(cluster, clone_order, added)
+        best = attempt(pool, np.zeros(0, dtype=np.int64))
+    n = len(pool.nodes)
+    order = rng.permutation(n)
     lo, hi = 0, n  # lo removed: fits; hi removed: assumed not to (unless the workload is empty)
-    if not cluster.workloads:
+    if not cluster.workloads and not extra:
         lo = hi = n
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        r = attempt(mid)
+        r = attempt(pool, order[:mid])
         if fits(r):
             lo, best = mid, r
         else:
             hi = mid
-    names = [nd.name for nd in cluster.nodes]
+    names = [nd.name for nd in pool.nodes]
     return Trial(
         seed=seed,
         nodes=n - lo,
         removed=tuple(names[i] for i in order[:lo].tolist()),
         pending=tuple(w for w, _ in best.pending),
         packs=packs,
+        added=added,
     )
 
 
+def grown(cluster: Cluster, clone_order: np.ndarray, count: int) -> Cluster:
+    """The cluster with ``count`` more nodes, clones of its own taken in ``clone_order`` (cycling):
+    the same allocatable, labels and taints, named ``NAME~K``."""
+    nodes = cluster.nodes
+    picks = [nodes[int(clone_order[k % len(nodes)])] for k in range(count)]
+    clones = [dataclasses.replace(nd, name=f"{nd.name}~{k}") for k, nd in enumerate(picks)]
+    return Cluster.build((*nodes, *clones), cluster.daemonsets, cluster.workloads, groups=cluster.groups)
+
+
 def compact(
-    cluster: Cluster, seeds: Sequence[int] = range(DEFAULT_TRIALS), pending_fraction: float = PENDING_FRACTION
+    cluster: Cluster,
+    seeds: Sequence[int] = range(DEFAULT_TRIALS),
+    pending_fraction: float = PENDING_FRACTION,
+    load: BatchLoad | None = None,
+    reclaim: bool = True,
 ) -> Compaction:
     """Every trial in turn (a shell parallelises them with :func:`trial` itself)."""
-    return Compaction(tuple(trial(cluster, s, pending_fraction) for s in seeds))
+    return Compaction(tuple(trial(cluster, s, pending_fraction, load, reclaim) for s in seeds))

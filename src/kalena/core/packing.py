@@ -66,13 +66,14 @@ class _Targets:
     """Each workload's soft-rule targets as workload indices (``Cluster.targets_of``, itself
     left out), and the reverse index of the antiAffinity ones."""
 
-    def __init__(self, cluster: Cluster, index: Mapping[str, int]) -> None:
+    def __init__(self, cluster: Cluster, index: Mapping[str, int], total: int) -> None:
         def resolve(sel: Selector, me: str) -> list[int]:
             return [] if sel.is_empty() else sorted(index[t] for t in cluster.targets_of(sel) if t != me)
 
-        self.anti = [resolve(w.anti_affinity, w.id) for w in cluster.workloads]
-        self.aff = [resolve(w.affinity, w.id) for w in cluster.workloads]
-        self.anti_of: list[list[int]] = [[] for _ in cluster.workloads]  # who names i in an antiAffinity
+        extra: list[list[int]] = [[] for _ in range(total - len(cluster.workloads))]  # (batch: none)
+        self.anti = [resolve(w.anti_affinity, w.id) for w in cluster.workloads] + extra
+        self.aff = [resolve(w.affinity, w.id) for w in cluster.workloads] + [[] for _ in extra]
+        self.anti_of: list[list[int]] = [[] for _ in range(total)]  # who names i in an antiAffinity
         for i, targets in enumerate(self.anti):
             for t in targets:
                 self.anti_of[t].append(i)
@@ -90,7 +91,13 @@ def _size(requests: np.ndarray, mean_capacity: np.ndarray) -> np.ndarray:
 
 
 class _Packer:
-    def __init__(self, cluster: Cluster, allowed: np.ndarray | None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        allowed: np.ndarray | None,
+        extra: Sequence[WorkloadSpec],
+        ledgers: Sequence[np.ndarray] | None,
+    ) -> None:
         self.cluster = cluster
         self.nodes = cluster.nodes
         n = len(self.nodes)
@@ -102,13 +109,20 @@ class _Packer:
         self.allowed = np.ones(n, dtype=bool) if allowed is None else np.asarray(allowed, dtype=bool)
         if self.allowed.shape != (n,):
             raise ValueError(f"allowed must have shape ({n},), got {self.allowed.shape}")
-        self.workloads = cluster.workloads
-        self.req = cluster.requests_matrix()
-        self.index = {w.id: i for i, w in enumerate(self.workloads)}
-        self.load = np.zeros_like(self.cap)
+        self.workloads = (*cluster.workloads, *extra)
+        w = len(self.workloads)
+        if ledgers is None:
+            ledgers = (np.vstack([cluster.requests_matrix(), *(x.requests.array()[None] for x in extra)]),)
+        self.req = np.stack([np.asarray(m, dtype=np.float64) for m in ledgers])  # (L, W, 8)
+        if self.req.shape[1:] != (w, len(DIMS)):
+            raise ValueError(f"each ledger must have shape ({w}, {len(DIMS)}), got {self.req.shape[1:]}")
+        self.index = {x.id: i for i, x in enumerate(self.workloads)}
+        if len(self.index) != w:
+            raise ValueError("an extra workload repeats an id")
+        self.load = np.zeros((len(self.req), n, len(DIMS)))
         self.count = np.zeros(n, dtype=np.int64)
-        self.where = np.full(len(self.workloads), -1, dtype=np.int64)
-        self.targets = _Targets(cluster, self.index)
+        self.where = np.full(w, -1, dtype=np.int64)
+        self.targets = _Targets(cluster, self.index, w)
         self._static: dict[tuple[object, ...], np.ndarray] = {}
 
     # the hard rules that do not depend on the others' placement -----------------------------------
@@ -129,7 +143,8 @@ class _Packer:
         return mask & self.allowed
 
     def fits(self, request: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return mask & (self.load + request <= self.cap_tol).all(axis=1)
+        """Where ``request`` (L, 8) keeps every ledger within capacity."""
+        return mask & (self.load + request[:, None, :] <= self.cap_tol).all(axis=(0, 2))
 
     # the soft rules ------------------------------------------------------------------------------------
     def soft_cost(self, members: Sequence[int]) -> np.ndarray:
@@ -154,16 +169,14 @@ class _Packer:
             return None
         soft = self.soft_cost(members)[cand]
         closed = (self.count[cand] == 0).astype(np.int64)
-        left = np.where(
-            self.finite[cand], (self.cap[cand] - self.load[cand] - request) / self.divisor[cand], 0.0
-        )
-        left = left.max(axis=1)
+        after = (self.cap[cand] - self.load[:, cand] - request[:, None, :]) / self.divisor[cand]
+        left = np.where(self.finite[cand], after, 0.0).max(axis=2).min(axis=0)  # the tighter ledger
         order = np.lexsort((cand, left, closed, soft))  # the last key is the first compared
         return int(cand[order[0]])
 
     def put(self, members: Sequence[int], node: int) -> None:
         for i in members:
-            self.load[node] += self.req[i]
+            self.load[:, node] += self.req[:, i]
             self.where[i] = node
         self.count[node] += len(members)
 
@@ -171,7 +184,7 @@ class _Packer:
         for i in members:
             node = int(self.where[i])
             if node >= 0:
-                self.load[node] -= self.req[i]
+                self.load[:, node] -= self.req[:, i]
                 self.count[node] -= 1
                 self.where[i] = -1
 
@@ -180,15 +193,16 @@ class _Packer:
             return "no node keeps its nodeSelector and taints" + (
                 "" if self.allowed.all() else " among the nodes allowed"
             )
-        room = self.cap_tol[mask] - self.load[mask]
-        short = [DIMS[d] for d in range(len(DIMS)) if not (room[:, d] >= request[d]).any()]
+        room = self.cap_tol[mask] - self.load[:, mask]  # (L, k, 8)
+        ok = (room >= request[:, None, :]).all(axis=0)
+        short = [DIMS[d] for d in range(len(DIMS)) if not ok[:, d].any()]
         if short:
             return f"no node has room for its requests ({', '.join(short)})"
         return "no node has room for its requests on every dimension at once"
 
     # placing -------------------------------------------------------------------------------------------
     def place_one(self, i: int, group_selector: Mapping[str, str]) -> str | None:
-        w, r = self.workloads[i], self.req[i]
+        w, r = self.workloads[i], self.req[:, i]
         mask = self.static_mask(w, group_selector)
         node = self.choose(r, self.fits(r, mask), (i,))
         if node is None:
@@ -203,7 +217,7 @@ class _Packer:
             mask = self.allowed.copy()
             for i in members:
                 mask &= self.static_mask(self.workloads[i], g.node_selector)
-            total = self.req[members].sum(axis=0)
+            total = self.req[:, members].sum(axis=1)
             node = self.choose(total, self.fits(total, mask), members)
             if node is None:
                 why = (
@@ -229,17 +243,33 @@ class _Packer:
         return failed
 
 
-def pack(cluster: Cluster, allowed: np.ndarray | None = None) -> PackResult:
+def pack(
+    cluster: Cluster,
+    allowed: np.ndarray | None = None,
+    *,
+    extra: Sequence[WorkloadSpec] = (),
+    ledgers: Sequence[np.ndarray] | None = None,
+) -> PackResult:
     """Place every workload of ``cluster`` on its nodes (module docstring); the cluster's own
-    placement is ignored. ``allowed`` (N,) bool restricts the nodes."""
-    p = _Packer(cluster, allowed)
+    placement is ignored. ``allowed`` (N,) bool restricts the nodes.
+
+    ``extra`` are more workloads to place after the cluster's (batch pods, say; no soft rules).
+    ``ledgers``: what each workload (the cluster's, then ``extra``) counts in each ledger, a
+    ``(W, 8)`` array per ledger; a node takes a workload only where every ledger stays within
+    capacity (compaction's dual ledger: production's requests in one, every reservation in the
+    other). Default: one ledger of requests. :attr:`PackResult.load` is the first ledger's."""
+    p = _Packer(cluster, allowed, extra, ledgers)
     counted = p.finite.sum(axis=0)  # the mean over the nodes that bound a dimension (none: 0)
     mean = np.divide(
         np.where(p.finite, p.cap, 0.0).sum(axis=0), counted, out=np.zeros(len(DIMS)), where=counted > 0
     )
 
+    def sizes(rows: np.ndarray) -> np.ndarray:  # the largest over the ledgers
+        return np.max([_size(m[rows], mean) for m in p.req], axis=0)
+
     def gang_size(g: Group) -> float:
-        return float(_size(p.req[[p.index[m] for m in g.members]].sum(axis=0, keepdims=True), mean)[0])
+        members = np.array([p.index[m] for m in g.members], dtype=np.int64)
+        return float(np.max([_size(m[members].sum(axis=0, keepdims=True), mean)[0] for m in p.req]))
 
     pending: list[tuple[int, str]] = []
     in_group: set[int] = set()
@@ -249,7 +279,7 @@ def pack(cluster: Cluster, allowed: np.ndarray | None = None) -> PackResult:
     rest = np.array([i for i in range(len(p.workloads)) if i not in in_group], dtype=np.int64)
     if rest.size:
         ids = np.array([p.workloads[i].id for i in rest.tolist()], dtype=object)
-        for i in rest[np.lexsort((ids, -_size(p.req[rest], mean)))].tolist():
+        for i in rest[np.lexsort((ids, -sizes(rest)))].tolist():
             why = p.place_one(i, {})
             if why is not None:
                 pending.append((i, why))
@@ -260,7 +290,7 @@ def pack(cluster: Cluster, allowed: np.ndarray | None = None) -> PackResult:
         pending=tuple((p.workloads[i].id, why) for i, why in pending),
         soft_broken=_soft_broken(p),
         active_nodes=int(np.count_nonzero(p.count)),
-        load=p.load,
+        load=p.load[0],
     )
 
 

@@ -272,11 +272,15 @@ class Simulation:
         # nothing reads the ledger before t = 0: it takes the estimator's last reservations once
         self.ledger.apply(ReservationUpdate(np.arange(p), r[:p], self.ledger.global_epoch))
 
-    def run(self, progress: Callable[[int, int], None] | None = None) -> None:
+    def run(
+        self, progress: Callable[[int, int], None] | None = None, progress_every: int | None = None
+    ) -> None:
+        """Every tick; ``progress(k, total)`` after every ``progress_every`` ticks (default: 200
+        calls over the run) and after the last."""
         t0 = time.perf_counter()
         self.prewarm()
         total = self.cfg.ticks
-        every = max(1, total // 200)
+        every = progress_every or max(1, total // 200)
         for k in range(1, total + 1):
             self.step(k)
             if progress is not None and (k % every == 0 or k == total):
