@@ -21,16 +21,14 @@ The machine's load is printed with the figures: other processes sharing the core
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import time
 
 from kalena.data import irina_paths
 from kalena.ir import load_cluster
 from kalena.sim import SimConfig, Simulation, build_report
 from kalena.sim.synthetic import synthetic_cluster
-from machine import machine_info  # bench/ is on sys.path when a script runs
+from machine import write_json  # bench/ is on sys.path when a script runs
 
 
 def _clock() -> tuple[float, float]:
@@ -113,16 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    if args.json_path:
-        doc = {
-            "benchmark": "bench_simulate",
-            "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
-            "machine": machine_info(load_average_after=load),
-            "params": vars(args),
-            "results": results,
-        }
-        with open(args.json_path, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2)
+    write_json(args.json_path, "bench_simulate", vars(args), results, load)
     return 0
 
 

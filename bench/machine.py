@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import sys
 from typing import Any
 
 import numpy as np
@@ -17,3 +19,19 @@ def machine_info(**extra: Any) -> dict[str, Any]:
         "platform": platform.platform(),
         **extra,
     }
+
+
+def write_json(path: str | None, benchmark: str, params: dict[str, Any], results: Any, load: Any) -> None:
+    """The benchmark's JSON record (the command, the machine, the parameters, the results) at
+    ``path``, when one was given."""
+    if not path:
+        return
+    doc = {
+        "benchmark": benchmark,
+        "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+        "machine": machine_info(load_average_after=load),
+        "params": params,
+        "results": results,
+    }
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=2)

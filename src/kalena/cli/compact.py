@@ -47,6 +47,19 @@ def _proxy(m: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
 copyreg.pickle(MappingProxyType, _proxy)  # type: ignore[arg-type]
 
 
+def _bar(label: str, quiet: bool) -> Progress:
+    """A progress bar on stderr (none with ``--json``), gone when done."""
+    return Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=quiet,
+        console=Console(stderr=True),
+    )
+
+
 def _fail(lines: list[str]) -> typer.Exit:
     for line in lines:
         typer.echo(line, err=True)
@@ -83,15 +96,7 @@ def _checkpoint(
             )
         placed = dataclasses.replace(cluster, placement=result.placement)
     sim = Simulation(placed, SimConfig(hours=hours, seed=seed))
-    with Progress(
-        TextColumn("simulating for checkpoints"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-        disable=quiet,
-        console=Console(stderr=True),
-    ) as bar:
+    with _bar("simulating for checkpoints", quiet) as bar:
         task = bar.add_task("ticks", total=sim.cfg.ticks)
         checkpoints = run_with_checkpoints(sim, cluster, progress=lambda k, _t: bar.update(task, completed=k))
     try:
@@ -207,15 +212,7 @@ def _run_trials(
     try:
         with (
             ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool,
-            Progress(
-                TextColumn("compaction trials"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                transient=True,
-                disable=quiet,
-                console=Console(stderr=True),
-            ) as bar,
+            _bar("compaction trials", quiet) as bar,
         ):
             task = bar.add_task("trials", total=len(jobs))
             futures = {

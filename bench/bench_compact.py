@@ -1,0 +1,87 @@
+"""Cluster compaction on Irina (issue 14): the figures and how long each part takes.
+
+    python bench/bench_compact.py [--trials 11] [--batch-hours 24] [--workers 2] [--json PATH]
+
+Runs ``kalena compact`` as a user does (a real subprocess, ``--json``) and, separately, times its
+parts in this process: one pack of production, one pack of production with the checkpoint's batch
+in each arm, and the simulated run the checkpoint comes from. The machine's load is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from kalena.core.compaction import arm
+from kalena.core.packing import pack
+from kalena.data import irina_paths
+from kalena.ir import load_cluster
+from kalena.sim import SimConfig, Simulation
+from kalena.sim.checkpoint import run_with_checkpoints, worst
+from machine import write_json  # bench/ is on sys.path when a script runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=11)
+    ap.add_argument("--batch-hours", type=float, default=24.0)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--json", dest="json_path", default=None)
+    args = ap.parse_args(argv)
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cpus")
+
+    cmd = [sys.executable, "-m", "kalena.cli.main", "compact", "--json", "--trials", str(args.trials)]
+    cmd += ["--batch-hours", f"{args.batch_hours:g}", "--workers", str(args.workers)]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    command_s = time.perf_counter() - t0
+    figures = json.loads(out.stdout)
+
+    infra, workloads, blueprint = irina_paths()
+    cluster = load_cluster(infra, workloads)
+    t0 = time.perf_counter()
+    pack(cluster)
+    pack_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sim = Simulation(load_cluster(infra, workloads, blueprint), SimConfig(hours=args.batch_hours))
+    cp = worst(run_with_checkpoints(sim, cluster), cluster)
+    sim_s = time.perf_counter() - t0
+    arm_s = {}
+    for name, reclaim in (("reclaim_on", True), ("reclaim_off", False)):
+        extra, ledgers = arm(cluster, cp.load, reclaim)
+        t0 = time.perf_counter()
+        pack(cluster, np.ones(len(cluster.nodes), dtype=bool), extra=extra, ledgers=ledgers)
+        arm_s[name] = round(time.perf_counter() - t0, 2)
+
+    results = {
+        "command_wall_s": round(command_s, 1),
+        "simulation_s": round(sim_s, 1),
+        "one_pack_s": {"production": round(pack_s, 2), **arm_s},
+        "figures": {k: figures[k] for k in ("checkpoint", "extra_nodes_without_reclamation") if k in figures},
+    }
+    for name in ("production", "reclaim_on", "reclaim_off"):
+        if name in figures:
+            f = figures[name]
+            results["figures"][name] = {
+                "p90": f["p90"],
+                "min": f["min"],
+                "max": f["max"],
+                "per_trial": [t["nodes"] for t in f["trials"]],
+                "packs_per_trial": float(np.mean([t["packs"] for t in f["trials"]])),
+            }
+    print(json.dumps(results, indent=2))
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    write_json(args.json_path, "bench_compact", vars(args), results, load)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
