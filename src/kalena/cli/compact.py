@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -75,7 +76,7 @@ def _one(
     infra: str, workloads: str, seed: int, fraction: float, load: BatchLoad | None, reclaim: bool
 ) -> Trial:
     """One trial in a worker process (the cluster read once per process)."""
-    return trial(_cluster(infra, workloads), seed, fraction, load, reclaim)
+    return trial(_cluster(infra, workloads), np.random.default_rng(seed), fraction, load, reclaim)
 
 
 def _checkpoint(
@@ -182,13 +183,13 @@ def command(
             "max": result.high,
             "trials": [
                 {
-                    "seed": t.seed,
+                    "seed": s,
                     "nodes": t.nodes,
                     "added": t.added,
                     "pending": list(t.pending),
                     "packs": t.packs,
                 }
-                for t in result.trials
+                for s, t in enumerate(result.trials)
             ],
         }
     if load is not None:

@@ -1,6 +1,7 @@
 """Cluster compaction (seed 000 §6.2, Borg §5.1): the fewest nodes a workload still fits on.
 
-One **trial** draws a random order in which to remove nodes (its seed), and finds the largest
+One **trial** draws a random order in which to remove nodes (from the generator it is given), and
+finds the largest
 number of them that can go while :func:`~kalena.core.packing.pack` still places the workload,
 repacking from scratch each time. It bisects over that number (about log2 N packs, not N); a
 greedy packer is not strictly monotone in the nodes it is given, so the bisection answers "a
@@ -25,7 +26,7 @@ the reservations are a moment's (:class:`BatchLoad`; a shell takes them from a s
 
 Several trials (11 by default) give a distribution; :class:`Compaction` reports its 90th
 percentile with the min and max, Borg's Fig. 10 bars. Trials are independent pure functions of
-(cluster, seed), so a shell may run them in parallel processes.
+(cluster, generator), so a shell may run them in parallel processes, one seeded generator each.
 """
 
 from __future__ import annotations
@@ -86,7 +87,6 @@ class Trial:
     """One removal order's answer: ``nodes`` kept (the smallest that fits), which were removed,
     and the workloads left pending on it (within the budget)."""
 
-    seed: int
     nodes: int
     removed: tuple[str, ...]
     pending: tuple[str, ...]
@@ -130,7 +130,7 @@ def budget(cluster: Cluster, pending_fraction: float = PENDING_FRACTION, extra: 
 
 def trial(
     cluster: Cluster,
-    seed: int,
+    rng: np.random.Generator,
     pending_fraction: float = PENDING_FRACTION,
     load: BatchLoad | None = None,
     reclaim: bool = True,
@@ -140,7 +140,6 @@ def trial(
     cluster = relax_large_gangs(cluster)
     extra, ledgers = arm(cluster, load, reclaim)
     allowance = budget(cluster, pending_fraction, len(extra))
-    rng = np.random.default_rng(seed)
     clone_order = rng.permutation(len(cluster.nodes))
     packs = 0
 
@@ -180,7 +179,6 @@ def trial(
             hi = mid
     names = [nd.name for nd in pool.nodes]
     return Trial(
-        seed=seed,
         nodes=n - lo,
         removed=tuple(names[i] for i in order[:lo].tolist()),
         pending=tuple(w for w, _ in best.pending),
@@ -200,10 +198,10 @@ def grown(cluster: Cluster, clone_order: np.ndarray, count: int) -> Cluster:
 
 def compact(
     cluster: Cluster,
-    seeds: Sequence[int] = range(DEFAULT_TRIALS),
+    rngs: Sequence[np.random.Generator],
     pending_fraction: float = PENDING_FRACTION,
     load: BatchLoad | None = None,
     reclaim: bool = True,
 ) -> Compaction:
     """Every trial in turn (a shell parallelises them with :func:`trial` itself)."""
-    return Compaction(tuple(trial(cluster, s, pending_fraction, load, reclaim) for s in seeds))
+    return Compaction(tuple(trial(cluster, r, pending_fraction, load, reclaim) for r in rngs))
