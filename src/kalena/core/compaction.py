@@ -1,9 +1,8 @@
 """Cluster compaction (seed 000 §6.2, Borg §5.1): the fewest nodes a workload still fits on.
 
 One **trial** draws a random order in which to remove nodes (from the generator it is given), and
-finds the largest
-number of them that can go while :func:`~kalena.core.packing.pack` still places the workload,
-repacking from scratch each time. It bisects over that number (about log2 N packs, not N); a
+finds the largest number of them that can go while :func:`~kalena.core.packing.pack` still places
+the workload, repacking from scratch each time. It bisects over that number (about log2 N packs, not N); a
 greedy packer is not strictly monotone in the nodes it is given, so the bisection answers "a
 smallest cluster the packer fits, along this removal order", which is what a trial reports.
 
@@ -42,7 +41,7 @@ from kalena.core.cluster import Cluster
 from kalena.core.model import WorkloadSpec
 from kalena.core.packing import PackResult, pack
 
-#: Borg §5.1: "we allowed up to 0.2 % of tasks to go pending".
+#: The share of workloads that may stay pending while the workload still fits (Borg §5.1 did so).
 PENDING_FRACTION = 0.002
 DEFAULT_TRIALS = 11
 #: The pool grows by clones of the cluster's nodes up to this many times its size.
