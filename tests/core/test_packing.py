@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -167,3 +168,27 @@ def test_no_workload_is_lost_and_every_placement_keeps_the_hard_rules(cluster, d
     assert r.active_nodes == len(set(r.placement.values()))
     cap = cluster.capacity_matrix()
     assert (r.load <= cap + REL_TOL * np.maximum(1.0, np.abs(cap))).all()
+
+
+def test_a_capacity_cap_packs_against_that_share_of_every_node():
+    nodes = [node(f"n{i}", cpu=10, ram=10) for i in range(4)]
+    c = Cluster.build(nodes, (), [workload(f"w/p-{i}", cpu=4, ram=1) for i in range(4)])
+    assert pack(c).active_nodes == 2  # two 4-cpu pods per 10-cpu node
+    capped = pack(c, cap_fraction=0.5)  # 5 cpu a node: one pod each
+    assert capped.active_nodes == 4 and capped.complete
+    hard_rules_hold(c, capped.placement)  # valid against the real capacity, too
+    assert not pack(c, cap_fraction=0.3).complete  # 3 cpu a node: none fits
+    with pytest.raises(ValueError, match="cap_fraction"):
+        pack(c, cap_fraction=0.0)
+
+
+def test_the_most_constrained_pods_go_first_so_the_scarce_nodes_keep_room_for_them():
+    # best fit alone would put the 3-cpu pod on the 3-cpu nvme node and leave no room for the
+    # pod that may only go there
+    nodes = [node("plain", cpu=4, ram=8), node("nvme", cpu=3, ram=2, labels={"disk": "nvme"})]
+    wl = [
+        workload("a/anywhere", cpu=3, ram=1),
+        workload("a/needs-nvme", cpu=2, ram=1, node_selector={"disk": "nvme"}),
+    ]
+    r = pack(Cluster.build(nodes, (), wl))
+    assert r.complete and r.placement == {"a/needs-nvme": "nvme", "a/anywhere": "plain"}

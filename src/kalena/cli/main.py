@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("kalena.cli.simulate", "simulate"),
     "pack": ("kalena.cli.pack", "command"),
     "compact": ("kalena.cli.compact", "command"),
+    "sweep": ("kalena.cli.sweep", "app"),
     "calibrate": ("kalena.cli.calibrate", "calibrate"),
     "agent": ("kalena.cli.agent", "app"),
     "deployable": ("kalena.cli.deployable", "command"),

@@ -15,9 +15,11 @@ under the rules a blueprint must keep (the checks ``kalena ir validate`` runs on
   them, else broken and counted (:attr:`PackResult.soft_broken`).
 
 **Order.** Gangs first (a colocated gang as one item, its requests summed), then the other
-workloads by decreasing size, the largest share of the mean node capacity any dimension of the
-request takes (first-fit-decreasing's order: the big items placed while the room is there),
-ties by id.
+workloads, the most constrained first (the fewest nodes their nodeSelector and taints allow: a
+pod that may only go to the scarce nvme or gpu nodes is placed before the ones that may go
+anywhere take that room), then by decreasing size, the largest share of the mean node capacity
+any dimension of the request takes (first-fit-decreasing's order: the big items placed while the
+room is there), ties by id.
 
 **Choice**, per workload over the nodes where the hard rules allow it, by these keys in turn:
 fewest soft rules broken; a node already in use before an empty one (the packing: fewer
@@ -97,11 +99,14 @@ class _Packer:
         allowed: np.ndarray | None,
         extra: Sequence[WorkloadSpec],
         ledgers: Sequence[np.ndarray] | None,
+        cap_fraction: float = 1.0,
     ) -> None:
         self.cluster = cluster
         self.nodes = cluster.nodes
         n = len(self.nodes)
-        self.cap = cluster.capacity_matrix()
+        if not 0.0 < cap_fraction <= 1.0:
+            raise ValueError(f"cap_fraction must be in (0, 1], got {cap_fraction!r}")
+        self.cap = cluster.capacity_matrix() * cap_fraction  # inf stays inf
         self.cap_tol = self.cap + REL_TOL * np.maximum(1.0, np.abs(self.cap))
         finite = np.isfinite(self.cap) & (self.cap > 0)
         self.divisor = np.where(finite, self.cap, 1.0)
@@ -249,6 +254,7 @@ def pack(
     *,
     extra: Sequence[WorkloadSpec] = (),
     ledgers: Sequence[np.ndarray] | None = None,
+    cap_fraction: float = 1.0,
 ) -> PackResult:
     """Place every workload of ``cluster`` on its nodes (module docstring); the cluster's own
     placement is ignored. ``allowed`` (N,) bool restricts the nodes.
@@ -257,8 +263,11 @@ def pack(
     ``ledgers``: what each workload (the cluster's, then ``extra``) counts in each ledger, a
     ``(W, 8)`` array per ledger; a node takes a workload only where every ledger stays within
     capacity (compaction's dual ledger: production's requests in one, every reservation in the
-    other). Default: one ledger of requests. :attr:`PackResult.load` is the first ledger's."""
-    p = _Packer(cluster, allowed, extra, ledgers)
+    other). Default: one ledger of requests. :attr:`PackResult.load` is the first ledger's.
+
+    ``cap_fraction`` packs against that share of every node's capacity, as Kuberina does when it
+    caps capacity at X % for its Pareto plans (the placement is then valid against the real one)."""
+    p = _Packer(cluster, allowed, extra, ledgers, cap_fraction)
     counted = p.finite.sum(axis=0)  # the mean over the nodes that bound a dimension (none: 0)
     mean = np.divide(
         np.where(p.finite, p.cap, 0.0).sum(axis=0), counted, out=np.zeros(len(DIMS)), where=counted > 0
@@ -279,7 +288,9 @@ def pack(
     rest = np.array([i for i in range(len(p.workloads)) if i not in in_group], dtype=np.int64)
     if rest.size:
         ids = np.array([p.workloads[i].id for i in rest.tolist()], dtype=object)
-        for i in rest[np.lexsort((ids, -sizes(rest)))].tolist():
+        # the most constrained first (fewest nodes their selector and taints allow), then the largest
+        room = np.array([int(p.static_mask(p.workloads[i], {}).sum()) for i in rest.tolist()])
+        for i in rest[np.lexsort((ids, -sizes(rest), room))].tolist():
             why = p.place_one(i, {})
             if why is not None:
                 pending.append((i, why))

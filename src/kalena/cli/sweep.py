@@ -1,0 +1,192 @@
+"""``kalena sweep``: sweeps over simulated days (``pareto``: the planner's capacity threshold).
+
+Exit codes: 0 done; 1 a run broke the restoration invariant (its figures are invalid); 2 bad
+input (IR problem lines, a bad point list, an unwritable folder).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kalena.cli.screen import table_console
+from kalena.core.cluster import Cluster
+from kalena.data import irina_paths
+from kalena.ir import IRError, load_cluster
+from kalena.sim.pareto import DEFAULT_MAX_UNMET, DEFAULT_POINTS, Point, optimum, plot, run_point
+
+EXIT_INVARIANT = 1
+EXIT_BAD_INPUT = 2
+PLOT_FILE = "pareto.png"
+RECORD_FILE = "pareto.json"
+
+app = typer.Typer(help="Sweeps over simulated days.", no_args_is_help=True)
+
+
+def _fail(lines: list[str]) -> typer.Exit:
+    for line in lines:
+        typer.echo(line, err=True)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+@functools.cache
+def _cluster(infra: str, workloads: str) -> Cluster:
+    return load_cluster(infra, workloads)
+
+
+def _one(infra: str, workloads: str, x: int, hours: float, seed: int) -> Point:
+    """One point in a worker process (the cluster read once per process)."""
+    return run_point(_cluster(infra, workloads), x, hours, seed)
+
+
+def _points(text: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in text.split(","):
+        try:
+            x = int(part)
+        except ValueError:
+            raise _fail([f"--points: {part.strip()!r} is not a whole percentage (value: {text!r})"]) from None
+        if not 1 <= x <= 100:
+            raise _fail([f"--points: each must be in 1..100 (value: {part.strip()!r})"])
+        out.append(x)
+    if len(set(out)) != len(out):
+        raise _fail([f"--points: a value is given twice (value: {text!r})"])
+    return tuple(sorted(out))
+
+
+@app.command("pareto")
+def pareto(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="INFRA WORKLOADS (IR v1 or legacy); default: the bundled Irina.", show_default=False
+        ),
+    ] = None,
+    points: Annotated[
+        str, typer.Option(help="The caps X to pack at, % of each node's capacity, comma-separated.")
+    ] = ",".join(str(x) for x in DEFAULT_POINTS),
+    hours: Annotated[float, typer.Option(help="Simulated hours at each point.", min=1.0, max=8784.0)] = 24.0,
+    seed: Annotated[int, typer.Option(help="The simulations' seed (the same at every point).", min=0)] = 0,
+    max_unmet: Annotated[
+        float,
+        typer.Option(help="The SLO: production cpu unmet, as a share of what it used.", min=0.0, max=1.0),
+    ] = DEFAULT_MAX_UNMET,
+    workers: Annotated[int, typer.Option(help="Worker processes (0: one per CPU).", min=0)] = 0,
+    out: Annotated[Path, typer.Option(help="Folder for pareto.json and pareto.png.")] = Path("out"),
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar="", help="Print the figures as JSON instead of a table.")
+    ] = False,
+) -> None:
+    """Pack production at each cap X (as Kuberina's Pareto plans do), simulate the day with
+    reclamation on, and find the X with the most useful work within the SLO; plot the curve."""
+    xs = _points(points)
+    paths = [str(p) for p in files] if files else [str(p) for p in irina_paths()[:2]]
+    if len(paths) != 2:
+        raise _fail([f"sweep pareto: expected INFRA WORKLOADS, got {len(paths)} files"])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _fail([f"--out: cannot make the folder: {e.strerror or e} (value: {str(out)!r})"]) from None
+    try:
+        _cluster(*paths)
+    except IRError as e:
+        raise _fail([p.render() for p in e.problems]) from None
+    done: dict[int, Point] = {}
+    with (
+        ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(xs))) as pool,
+        Progress(
+            TextColumn("pareto points"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            transient=True,
+            disable=as_json,
+            console=Console(stderr=True),
+        ) as bar,
+    ):
+        task = bar.add_task("points", total=len(xs))
+        futures = {pool.submit(_one, paths[0], paths[1], x, hours, seed): x for x in xs}
+        for f in as_completed(futures):
+            done[futures[f]] = f.result()
+            bar.advance(task)
+    result = [done[x] for x in xs]
+    best = optimum(result, max_unmet)
+    record = _record(result, best, max_unmet, hours, seed)
+    (out / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    plot(result, best, max_unmet, str(out / PLOT_FILE))
+    if as_json:
+        typer.echo(json.dumps(record, indent=2))
+    else:
+        _show(result, best, max_unmet, out)
+    if any(p.ran and p.figures["restoration_violations"] for p in result):
+        raise typer.Exit(EXIT_INVARIANT)
+
+
+def _record(
+    points: list[Point], best: Point | None, max_unmet: float, hours: float, seed: int
+) -> dict[str, Any]:
+    return {
+        "hours": hours,
+        "seed": seed,
+        "max_unmet": max_unmet,
+        "points": [
+            {
+                "x": p.x,
+                "active_nodes": p.active_nodes,
+                "pending": p.pending,
+                "useful_cpu_core_hours": round(p.useful_core_hours, 3) if p.ran else None,
+                "unmet_share": round(p.unmet_share(), 6) if p.ran else None,
+                "meets_slo": p.meets_slo(max_unmet),
+                **p.figures,
+            }
+            for p in points
+        ],
+        "optimum": best.x if best is not None else None,
+    }
+
+
+def _show(points: list[Point], best: Point | None, max_unmet: float, out: Path) -> None:
+    con = table_console()
+    table = Table(title="Pareto threshold sweep (reclamation on)", title_justify="left")
+    for col in (
+        "X %",
+        "active nodes",
+        "useful cpu core-h",
+        "batch cpu core-h",
+        "unmet",
+        "prod OOM / evicted",
+        "SLO",
+    ):
+        table.add_column(col, justify="right")
+    for p in points:
+        if not p.ran:
+            table.add_row(str(p.x), "-", f"production does not pack: {p.pending} pods left", "", "", "", "")
+            continue
+        f = p.figures
+        table.add_row(
+            str(p.x) + (" *" if best is not None and p.x == best.x else ""),
+            str(p.active_nodes),
+            f"{p.useful_core_hours:,.0f}",
+            f"{f['batch_cpu_core_hours']:,.0f}",
+            f"{p.unmet_share():.2%}",
+            f"{f['production_oom_kills']} / {f['production_evictions']}",
+            "meets" if p.meets_slo(max_unmet) else "breaks",
+        )
+    con.print(table)
+    if best is None:
+        con.print(
+            f"no point meets the SLO (unmet cpu <= {max_unmet:.1%}, no production OOM kill or eviction)"
+        )
+    else:
+        work = f"{best.useful_core_hours:,.0f} core-hours"
+        con.print(f"optimum: X = {best.x} % ({best.active_nodes} active nodes, {work})")
+    con.print(f"wrote {out / RECORD_FILE} and {out / PLOT_FILE}")

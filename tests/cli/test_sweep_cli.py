@@ -1,0 +1,63 @@
+"""``kalena sweep pareto``: points packed at a capacity cap, simulated, the optimum within the SLO
+(a real subprocess, short simulated runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_testlib import run_kalena
+
+
+def test_the_sweep_packs_each_cap_simulates_it_and_names_the_optimum(tmp_path: Path):
+    out = tmp_path / "run"
+    r = run_kalena(
+        ["sweep", "pareto", "--points", "70,85,100", "--hours", "1", "--out", str(out), "--json"],
+        tmp_path,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    record = json.loads(r.stdout)
+    assert json.loads((out / "pareto.json").read_text()) == record
+    assert (out / "pareto.png").stat().st_size > 10_000
+    by_x = {p["x"]: p for p in record["points"]}
+    # 70 %: Irina's production asks 73 % of the cpu, so it cannot pack and is not run
+    assert by_x[70]["active_nodes"] is None and by_x[70]["pending"] > 0 and by_x[70]["meets_slo"] is False
+    # a lower cap spreads production over more nodes
+    assert by_x[85]["active_nodes"] > by_x[100]["active_nodes"]
+    assert all(by_x[x]["restoration_violations"] == 0 for x in (85, 100))
+    ok = [p for p in record["points"] if p["meets_slo"]]
+    assert record["optimum"] == max(ok, key=lambda p: (p["useful_cpu_core_hours"], -p["x"]))["x"]
+    for p in ok:
+        assert p["production_oom_kills"] == 0 and p["production_evictions"] == 0
+        assert p["unmet_share"] <= record["max_unmet"]
+
+
+def test_a_strict_slo_leaves_no_optimum_and_bad_points_are_exit_2(tmp_path: Path):
+    r = run_kalena(
+        [
+            "sweep",
+            "pareto",
+            "--points",
+            "100",
+            "--hours",
+            "1",
+            "--max-unmet",
+            "0",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        tmp_path,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "no point meets the SLO" in r.stdout or "optimum: X = 100" in r.stdout
+    for bad, says in (
+        ("0,100", "each must be in 1..100"),
+        ("90,90", "given twice"),
+        ("ninety", "not a whole"),
+    ):
+        r = run_kalena(
+            ["sweep", "pareto", "--points", bad, "--out", str(tmp_path / "o")], tmp_path, timeout=60
+        )
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
