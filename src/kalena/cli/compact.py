@@ -18,18 +18,15 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kalena.cli.screen import table_console
+from kalena.cli.screen import bad_input, progress_bar, table_console
 from kalena.core.cluster import Cluster
 from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, BatchLoad, Compaction, Trial, trial
 from kalena.core.packing import pack
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 
-EXIT_BAD_INPUT = 2
 #: Kuberina's own figures for Irina (its paper): full packing and the Pareto point.
 KUBERINA_FULL, KUBERINA_PARETO = 152, 182
 ARMS = ("production", "reclaim_on", "reclaim_off")
@@ -46,25 +43,6 @@ def _proxy(m: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
 # The batch pods travel to the worker processes, and the core's frozen specs keep their labels in
 # read-only mappings, which pickle cannot take by itself: it rebuilds them from a plain dict.
 copyreg.pickle(MappingProxyType, _proxy)  # type: ignore[arg-type]
-
-
-def _bar(label: str, quiet: bool) -> Progress:
-    """A progress bar on stderr (none with ``--json``), gone when done."""
-    return Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-        disable=quiet,
-        console=Console(stderr=True),
-    )
-
-
-def _fail(lines: list[str]) -> typer.Exit:
-    for line in lines:
-        typer.echo(line, err=True)
-    return typer.Exit(EXIT_BAD_INPUT)
 
 
 @functools.cache
@@ -92,18 +70,18 @@ def _checkpoint(
     else:
         result = pack(cluster)
         if not result.complete:
-            raise _fail(
+            raise bad_input(
                 [f"{paths[1]}: production does not pack onto the cluster: {len(result.pending)} pods pending"]
             )
         placed = dataclasses.replace(cluster, placement=result.placement)
     sim = Simulation(placed, SimConfig(hours=hours, seed=seed))
-    with _bar("simulating for checkpoints", quiet) as bar:
+    with progress_bar("simulating for checkpoints", quiet) as bar:
         task = bar.add_task("ticks", total=sim.cfg.ticks)
         checkpoints = run_with_checkpoints(sim, cluster, progress=lambda k, _t: bar.update(task, completed=k))
     try:
         return worst(checkpoints, cluster), placed
     except ValueError as e:
-        raise _fail([f"--batch-hours: {e} (value: {hours:g})"]) from None
+        raise bad_input([f"--batch-hours: {e} (value: {hours:g})"]) from None
 
 
 def command(
@@ -143,19 +121,19 @@ def command(
     packed by reservations (reclamation on) and by requests (off)."""
     paths = [str(p) for p in files] if files else [str(p) for p in irina_paths()]
     if len(paths) not in (2, 3):
-        raise _fail([f"compact: expected INFRA WORKLOADS [BLUEPRINT], got {len(paths)} files"])
+        raise bad_input([f"compact: expected INFRA WORKLOADS [BLUEPRINT], got {len(paths)} files"])
     if 0 < batch_hours < 1:
-        raise _fail([f"--batch-hours: at least one hour (one checkpoint), or 0 (value: {batch_hours:g})"])
+        raise bad_input([f"--batch-hours: at least one hour (one checkpoint), or 0 (value: {batch_hours:g})"])
     try:
         cluster = _cluster(paths[0], paths[1])
     except IRError as e:
-        raise _fail([p.render() for p in e.problems]) from None
+        raise bad_input([p.render() for p in e.problems]) from None
     load, checkpoint, baseline = None, None, None
     if len(paths) == 3:
         try:
             baseline = len({*load_cluster(*paths).placement.values()})
         except IRError as e:
-            raise _fail([p.render() for p in e.problems]) from None
+            raise bad_input([p.render() for p in e.problems]) from None
     if batch_hours > 0:
         cp, _ = _checkpoint(paths, cluster, batch_hours, seed, as_json)
         load = cp.load
@@ -213,7 +191,7 @@ def _run_trials(
     try:
         with (
             ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool,
-            _bar("compaction trials", quiet) as bar,
+            progress_bar("compaction trials", quiet) as bar,
         ):
             task = bar.add_task("trials", total=len(jobs))
             futures = {
@@ -224,7 +202,7 @@ def _run_trials(
                 done[futures[f]] = f.result()
                 bar.advance(task)
     except ValueError as e:  # the workload does not fit even a grown cluster
-        raise _fail([f"{paths[1]}: {e}"]) from None
+        raise bad_input([f"{paths[1]}: {e}"]) from None
     return {name: Compaction(tuple(done[(name, s)] for s in range(trials))) for name, _, _ in arms}
 
 

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kalena.cli.screen import table_console
+from kalena.cli.screen import bad_input, table_console
 from kalena.core.cluster import Cluster
 from kalena.core.packing import PackResult, pack
 from kalena.core.resources import CPU, RAM
@@ -28,15 +28,8 @@ from kalena.ir.document import BlueprintDoc, MetaDoc
 from kalena.ir.write import dump_blueprint, write_text_atomic
 
 EXIT_PENDING = 1
-EXIT_BAD_INPUT = 2
 #: soft-rule notes printed before the rest are only counted
 SHOWN_NOTES = 20
-
-
-def _fail(lines: list[str]) -> typer.Exit:
-    for line in lines:
-        typer.echo(line, err=True)
-    return typer.Exit(EXIT_BAD_INPUT)
 
 
 def _mean_used(result: PackResult, cluster: Cluster, d: int) -> float:
@@ -80,11 +73,11 @@ def command(
     soft affinity reported)."""
     paths = list(files) if files else list(irina_paths())[:2]
     if len(paths) != 2:
-        raise _fail([f"pack: expected INFRA WORKLOADS (two files), got {len(paths)}"])
+        raise bad_input([f"pack: expected INFRA WORKLOADS (two files), got {len(paths)}"])
     try:
         cluster = load_cluster(paths[0], paths[1])
     except IRError as e:
-        raise _fail([p.render() for p in e.problems]) from None
+        raise bad_input([p.render() for p in e.problems]) from None
     result = pack(cluster)
     notes = soft_notes(dataclasses.replace(cluster, placement=result.placement))
     figures = summary(cluster, result, notes)
@@ -106,7 +99,7 @@ def command(
         try:
             write_text_atomic(out, dump_blueprint(doc))
         except OSError as e:
-            raise _fail([f"{out}: cannot write the blueprint: {e.strerror or e}"]) from None
+            raise bad_input([f"{out}: cannot write the blueprint: {e.strerror or e}"]) from None
         if not as_json:
             typer.echo(f"wrote {out}")
 

@@ -14,28 +14,19 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kalena.cli.screen import table_console
+from kalena.cli.screen import bad_input, progress_bar, table_console
 from kalena.core.cluster import Cluster
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 from kalena.sim.pareto import DEFAULT_MAX_UNMET, DEFAULT_POINTS, Point, optimum, plot, run_point
 
 EXIT_INVARIANT = 1
-EXIT_BAD_INPUT = 2
 PLOT_FILE = "pareto.png"
 RECORD_FILE = "pareto.json"
 
 app = typer.Typer(help="Sweeps over simulated days.", no_args_is_help=True)
-
-
-def _fail(lines: list[str]) -> typer.Exit:
-    for line in lines:
-        typer.echo(line, err=True)
-    return typer.Exit(EXIT_BAD_INPUT)
 
 
 @functools.cache
@@ -54,12 +45,14 @@ def _points(text: str) -> tuple[int, ...]:
         try:
             x = int(part)
         except ValueError:
-            raise _fail([f"--points: {part.strip()!r} is not a whole percentage (value: {text!r})"]) from None
+            raise bad_input(
+                [f"--points: {part.strip()!r} is not a whole percentage (value: {text!r})"]
+            ) from None
         if not 1 <= x <= 100:
-            raise _fail([f"--points: each must be in 1..100 (value: {part.strip()!r})"])
+            raise bad_input([f"--points: each must be in 1..100 (value: {part.strip()!r})"])
         out.append(x)
     if len(set(out)) != len(out):
-        raise _fail([f"--points: a value is given twice (value: {text!r})"])
+        raise bad_input([f"--points: a value is given twice (value: {text!r})"])
     return tuple(sorted(out))
 
 
@@ -91,27 +84,19 @@ def pareto(
     xs = _points(points)
     paths = [str(p) for p in files] if files else [str(p) for p in irina_paths()[:2]]
     if len(paths) != 2:
-        raise _fail([f"sweep pareto: expected INFRA WORKLOADS, got {len(paths)} files"])
+        raise bad_input([f"sweep pareto: expected INFRA WORKLOADS, got {len(paths)} files"])
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _fail([f"--out: cannot make the folder: {e.strerror or e} (value: {str(out)!r})"]) from None
+        raise bad_input([f"--out: cannot make the folder: {e.strerror or e} (value: {str(out)!r})"]) from None
     try:
         _cluster(*paths)
     except IRError as e:
-        raise _fail([p.render() for p in e.problems]) from None
+        raise bad_input([p.render() for p in e.problems]) from None
     done: dict[int, Point] = {}
     with (
         ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(xs))) as pool,
-        Progress(
-            TextColumn("pareto points"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            transient=True,
-            disable=as_json,
-            console=Console(stderr=True),
-        ) as bar,
+        progress_bar("pareto points", as_json) as bar,
     ):
         task = bar.add_task("points", total=len(xs))
         futures = {pool.submit(_one, paths[0], paths[1], x, hours, seed): x for x in xs}
