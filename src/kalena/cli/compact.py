@@ -14,7 +14,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
@@ -26,6 +26,9 @@ from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, BatchLoad, 
 from kalena.core.packing import pack
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
+
+if TYPE_CHECKING:  # the simulator is imported only when a run is asked for
+    from kalena.sim.checkpoint import Checkpoint
 
 #: Kuberina's own figures for Irina (its paper): full packing and the Pareto point.
 KUBERINA_FULL, KUBERINA_PARETO = 152, 182
@@ -57,11 +60,9 @@ def _one(
     return trial(_cluster(infra, workloads), np.random.default_rng(seed), fraction, load, reclaim)
 
 
-def _checkpoint(
-    paths: list[str], cluster: Cluster, hours: float, seed: int, quiet: bool
-) -> tuple[Any, Cluster]:
+def _checkpoint(paths: list[str], cluster: Cluster, hours: float, seed: int, quiet: bool) -> Checkpoint:
     """Simulate ``hours`` on the cluster (its blueprint, or the packer's placement) and return the
-    worst hourly checkpoint, and the placed cluster the run used."""
+    worst hourly checkpoint."""
     from kalena.sim import SimConfig, Simulation
     from kalena.sim.checkpoint import run_with_checkpoints, worst
 
@@ -79,7 +80,7 @@ def _checkpoint(
         task = bar.add_task("ticks", total=sim.cfg.ticks)
         checkpoints = run_with_checkpoints(sim, cluster, progress=lambda k, _t: bar.update(task, completed=k))
     try:
-        return worst(checkpoints, cluster), placed
+        return worst(checkpoints, cluster)
     except ValueError as e:
         raise bad_input([f"--batch-hours: {e} (value: {hours:g})"]) from None
 
@@ -135,7 +136,7 @@ def command(
         except IRError as e:
             raise bad_input([p.render() for p in e.problems]) from None
     if batch_hours > 0:
-        cp, _ = _checkpoint(paths, cluster, batch_hours, seed, as_json)
+        cp = _checkpoint(paths, cluster, batch_hours, seed, as_json)
         load = cp.load
         checkpoint = {
             "time_h": cp.time / 3600.0,

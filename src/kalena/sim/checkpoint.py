@@ -17,6 +17,7 @@ import numpy as np
 from kalena.core.cluster import Cluster
 from kalena.core.compaction import BatchLoad
 from kalena.core.model import WorkloadSpec
+from kalena.core.resources import NDIM
 from kalena.sim.engine import Simulation
 
 HOUR_S = 3600.0
@@ -51,12 +52,12 @@ def take(sim: Simulation, cluster: Cluster) -> Checkpoint:
             batch_res.append(rs.reservation[row])
         else:
             prod[spec.id] = rs.reservation[row]
-    production = np.array([prod.get(w.id, w.requests.array()) for w in cluster.workloads]).reshape(-1, 8)
+    production = np.array([prod.get(w.id, w.requests.array()) for w in cluster.workloads]).reshape(-1, NDIM)
     return Checkpoint(
         sim.now,
         BatchLoad(
             batch=tuple(batch),
-            batch_reservation=np.array(batch_res).reshape(-1, 8),
+            batch_reservation=np.array(batch_res).reshape(-1, NDIM),
             production_reservation=production,
         ),
     )
