@@ -20,6 +20,7 @@ from kalena.cli.screen import bad_input, progress_bar, table_console
 from kalena.core.cluster import Cluster
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
+from kalena.ir.write import write_files_atomic
 from kalena.sim.pareto import DEFAULT_MAX_UNMET, DEFAULT_POINTS, Point, optimum, plot, run_point
 
 EXIT_INVARIANT = 1
@@ -106,8 +107,15 @@ def pareto(
     result = [done[x] for x in xs]
     best = optimum(result, max_unmet)
     record = _record(result, best, max_unmet, hours, seed)
-    (out / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    plot(result, best, max_unmet, str(out / PLOT_FILE))
+    try:  # both files or neither: written aside and renamed into place together
+        write_files_atomic(
+            {
+                out / RECORD_FILE: json.dumps(record, indent=2) + "\n",
+                out / PLOT_FILE: plot(result, best, max_unmet),
+            }
+        )
+    except OSError as e:
+        raise bad_input([f"--out: cannot write: {e.strerror or e} (value: {str(out)!r})"]) from None
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     else:

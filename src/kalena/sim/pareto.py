@@ -91,8 +91,10 @@ def optimum(points: Sequence[Point], max_unmet: float = DEFAULT_MAX_UNMET) -> Po
     return max(ok, key=lambda p: (p.useful_core_hours, -p.x)) if ok else None
 
 
-def plot(points: Sequence[Point], best: Point | None, max_unmet: float, path: str) -> None:
-    """Useful work against X, the points that break the SLO marked, the optimum ringed."""
+def plot(points: Sequence[Point], best: Point | None, max_unmet: float) -> bytes:
+    """Useful work against X, the points that break the SLO marked, the optimum ringed (PNG)."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,5 +142,7 @@ def plot(points: Sequence[Point], best: Point | None, max_unmet: float, path: st
     ax.margins(x=0.06, y=0.18)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    return buf.getvalue()
