@@ -85,6 +85,7 @@ def test_a_run_that_fails_is_named_and_nothing_is_written(tmp_path, monkeypatch)
     from typer.testing import CliRunner
 
     import kalena.cli.calibrate as cal
+    import kalena.cli.fanout as fanout
     from kalena.cli.main import app
 
     real = cal._one
@@ -95,7 +96,7 @@ def test_a_run_that_fails_is_named_and_nothing_is_written(tmp_path, monkeypatch)
         return real(hours, seed, margin, half_life_s)
 
     monkeypatch.setattr(cal, "_one", one)
-    monkeypatch.setattr(cal, "ProcessPoolExecutor", ThreadPoolExecutor)
+    monkeypatch.setattr(fanout, "ProcessPoolExecutor", ThreadPoolExecutor)
     out = tmp_path / "cal"
     args = ["calibrate", "--hours", "0.02", "--margins", "1,1.3", "--half-lives", "300", "--seeds", "1"]
     r = CliRunner().invoke(app, [*args, "--workers", "1", "--out", str(out)])

@@ -19,15 +19,13 @@ import os
 import shlex
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all
 from kalena.cli.screen import table_console
 from kalena.cli.simulate import EXIT_BAD_INPUT, EXIT_INVARIANT, _check_out, _fail, _policy
 from kalena.ir.write import write_files_atomic
@@ -137,7 +135,8 @@ def calibrate(
     hours: Annotated[
         float, typer.Option(help="Simulated hours per run (a full diurnal cycle: 24).", min=0.01, max=8784.0)
     ] = DEFAULT_HOURS,
-    workers: Annotated[int, typer.Option(help="Worker processes (0: one per CPU).", min=0)] = 0,
+    workers: WorkersOpt = 0,
+    scheduler: SchedulerOpt = None,
     out: Annotated[Path, typer.Option(help="Folder for calibration.json and safety.png.")] = Path(
         "calibration"
     ),
@@ -172,27 +171,23 @@ def calibrate(
     settings = [Setting(m, h) for m in grid_m for h in grid_h]
     jobs = [(seed, s) for seed in range(seeds) for s in settings]  # seed-major: A/B/A/B
     n_workers = min(workers or os.cpu_count() or 1, len(jobs))
-    console = Console(stderr=True)
-    runs: dict[tuple[Setting, int], dict[str, Any]] = {}
     t0 = time.monotonic()
-    with (
-        ProcessPoolExecutor(max_workers=n_workers) as pool,
-        Progress(
-            TextColumn("[bold]calibrate"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
-            TimeElapsedColumn(), console=console, transient=True,
-        ) as bar,
-    ):  # fmt: skip
-        task = bar.add_task("runs", total=len(jobs))
-        futures = {pool.submit(_one, hours, seed, s.margin, s.half_life_s): (seed, s) for seed, s in jobs}
-        for f in as_completed(futures):
-            seed, s = futures[f]
-            try:
-                runs[(s, seed)] = f.result()
-            except Exception as e:  # a run that broke: say which, stop the rest, write nothing
-                pool.shutdown(wait=False, cancel_futures=True)
-                why = f"{s.label()}, seed {seed}: the run failed ({e!r}); nothing was written"
-                raise _fail([why]) from None
-            bar.advance(task)
+    try:
+        done = run_all(
+            _one,
+            [(hours, seed, s.margin, s.half_life_s) for seed, s in jobs],
+            workers=workers,
+            scheduler=scheduler,
+            label="calibrate runs",
+        )
+    except JobFailed as e:  # a run that broke: say which, stop the rest, write nothing
+        seed, s = jobs[e.index]
+        raise _fail(
+            [f"{s.label()}, seed {seed}: the run failed ({e.error!r}); nothing was written"]
+        ) from None
+    runs: dict[tuple[Setting, int], dict[str, Any]] = {
+        (s, seed): r for (seed, s), r in zip(jobs, done, strict=True)
+    }
     elapsed = time.monotonic() - t0
     ordered = [(s, seed, runs[(s, seed)]) for seed, s in jobs]
     rows = summarise(ordered, hours)

@@ -10,8 +10,6 @@ import copyreg
 import dataclasses
 import functools
 import json
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,6 +18,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all
 from kalena.cli.screen import bad_input, progress_bar, table_console
 from kalena.core.cluster import Cluster
 from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, BatchLoad, Compaction, Trial, trial
@@ -96,7 +95,8 @@ def command(
     trials: Annotated[
         int, typer.Option(help="Trials (removal orders) per arm, seeds 0..N-1.", min=1)
     ] = DEFAULT_TRIALS,
-    workers: Annotated[int, typer.Option(help="Worker processes (0: one per CPU).", min=0)] = 0,
+    workers: WorkersOpt = 0,
+    scheduler: SchedulerOpt = None,
     pending_fraction: Annotated[
         float,
         typer.Option(
@@ -146,7 +146,7 @@ def command(
     arms = [("production", None, True)] + (
         [("reclaim_on", load, True), ("reclaim_off", load, False)] if load else []
     )
-    results = _run_trials(paths, arms, trials, workers, pending_fraction, as_json)
+    results = _run_trials(paths, arms, trials, workers, scheduler, pending_fraction, as_json)
     figures: dict[str, Any] = {
         "nodes": len(cluster.nodes),
         "workloads": len(cluster.workloads),
@@ -184,27 +184,28 @@ def _run_trials(
     arms: list[tuple[str, BatchLoad | None, bool]],
     trials: int,
     workers: int,
+    scheduler: str | None,
     fraction: float,
     quiet: bool,
 ) -> dict[str, Compaction]:
     jobs = [(name, s, load, reclaim) for name, load, reclaim in arms for s in range(trials)]
-    done: dict[tuple[str, int], Trial] = {}
     try:
-        with (
-            ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool,
-            progress_bar("compaction trials", quiet) as bar,
-        ):
-            task = bar.add_task("trials", total=len(jobs))
-            futures = {
-                pool.submit(_one, paths[0], paths[1], s, fraction, load, reclaim): (name, s)
-                for name, s, load, reclaim in jobs
-            }
-            for f in as_completed(futures):
-                done[futures[f]] = f.result()
-                bar.advance(task)
-    except ValueError as e:  # the workload does not fit even a grown cluster
-        raise bad_input([f"{paths[1]}: {e}"]) from None
-    return {name: Compaction(tuple(done[(name, s)] for s in range(trials))) for name, _, _ in arms}
+        done = run_all(
+            _one,
+            [(paths[0], paths[1], s, fraction, load, reclaim) for _, s, load, reclaim in jobs],
+            workers=workers,
+            scheduler=scheduler,
+            label="compaction trials",
+            quiet=quiet,
+        )
+    except JobFailed as e:
+        if isinstance(e.error, ValueError):  # the workload does not fit even a grown cluster
+            raise bad_input([f"{paths[1]}: {e.error}"]) from None
+        raise bad_input(
+            [f"trial {jobs[e.index][1]} of {jobs[e.index][0]}: the run failed ({e.error!r})"]
+        ) from None
+    by_job = dict(zip([(name, s) for name, s, _, _ in jobs], done, strict=True))
+    return {name: Compaction(tuple(by_job[(name, s)] for s in range(trials))) for name, _, _ in arms}
 
 
 def _show(figures: dict[str, Any], results: dict[str, Compaction], trials: int, fraction: float) -> None:

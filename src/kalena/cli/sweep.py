@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from kalena.cli.screen import bad_input, progress_bar, table_console
+from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all
+from kalena.cli.screen import bad_input, table_console
 from kalena.core.cluster import Cluster
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
@@ -74,7 +73,8 @@ def pareto(
         float,
         typer.Option(help="The SLO: production cpu unmet, as a share of what it used.", min=0.0, max=1.0),
     ] = DEFAULT_MAX_UNMET,
-    workers: Annotated[int, typer.Option(help="Worker processes (0: one per CPU).", min=0)] = 0,
+    workers: WorkersOpt = 0,
+    scheduler: SchedulerOpt = None,
     out: Annotated[Path, typer.Option(help="Folder for pareto.json and pareto.png.")] = Path("out"),
     as_json: Annotated[
         bool, typer.Option("--json", metavar="", help="Print the figures as JSON instead of a table.")
@@ -94,17 +94,17 @@ def pareto(
         _cluster(*paths)
     except IRError as e:
         raise bad_input([p.render() for p in e.problems]) from None
-    done: dict[int, Point] = {}
-    with (
-        ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(xs))) as pool,
-        progress_bar("pareto points", as_json) as bar,
-    ):
-        task = bar.add_task("points", total=len(xs))
-        futures = {pool.submit(_one, paths[0], paths[1], x, hours, seed): x for x in xs}
-        for f in as_completed(futures):
-            done[futures[f]] = f.result()
-            bar.advance(task)
-    result = [done[x] for x in xs]
+    try:
+        result: list[Point] = run_all(
+            _one,
+            [(paths[0], paths[1], x, hours, seed) for x in xs],
+            workers=workers,
+            scheduler=scheduler,
+            label="pareto points",
+            quiet=as_json,
+        )
+    except JobFailed as e:
+        raise bad_input([f"X = {xs[e.index]} %: the run failed ({e.error!r}); nothing was written"]) from None
     best = optimum(result, max_unmet)
     record = _record(result, best, max_unmet, hours, seed)
     try:  # both files or neither: written aside and renamed into place together

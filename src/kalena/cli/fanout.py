@@ -1,0 +1,99 @@
+"""Independent runs of one sweep, in local worker processes or on a Dask cluster.
+
+Every sweep of the CLI (compaction trials, Pareto points, the calibration grid) hands its jobs
+here: ``fn(*job)`` for each, with a progress bar, the results in job order. By default they run
+in local processes (``--workers``, 0: one per CPU); with ``--scheduler ADDRESS`` on the Dask
+cluster whose scheduler listens there (``dask.distributed``, the ``kalena[dask]`` extra), whose
+workers must have Kalena installed. Either way each job is the same pure function of its
+arguments, so the results are the same.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Annotated, Any
+
+import typer
+
+from kalena.cli.screen import bad_input, progress_bar
+
+#: The two options of every sweep command.
+WorkersOpt = Annotated[int, typer.Option(help="Worker processes (0: one per CPU).", min=0)]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(help="Run on the Dask cluster whose scheduler is at this ADDRESS.", show_default=False),
+]
+
+#: How long to wait for a Dask scheduler to answer before saying so.
+CONNECT_TIMEOUT_S = 30
+
+
+class JobFailed(Exception):
+    """Job ``index`` raised ``error``; the jobs not yet started were cancelled."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(f"job {index}: {error!r}")
+        self.index, self.error = index, error
+
+
+def run_all(
+    fn: Callable[..., Any],
+    jobs: Sequence[tuple[Any, ...]],
+    *,
+    workers: int = 0,
+    scheduler: str | None = None,
+    label: str = "runs",
+    quiet: bool = False,
+) -> list[Any]:
+    """``[fn(*job) for job in jobs]``, computed in parallel (module docstring)."""
+    results: list[Any] = [None] * len(jobs)
+    if not jobs:
+        return results
+    with progress_bar(label, quiet) as bar:
+        task = bar.add_task(label, total=len(jobs))
+        if scheduler:
+            _on_dask(fn, jobs, scheduler, results, lambda: bar.advance(task))
+        else:
+            with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool:
+                futures = {pool.submit(fn, *job): i for i, job in enumerate(jobs)}
+                for f in as_completed(futures):
+                    try:
+                        results[futures[f]] = f.result()
+                    except Exception as e:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        raise JobFailed(futures[f], e) from e
+                    bar.advance(task)
+    return results
+
+
+def _on_dask(
+    fn: Callable[..., Any],
+    jobs: Sequence[tuple[Any, ...]],
+    scheduler: str,
+    results: list[Any],
+    advance: Callable[[], None],
+) -> None:
+    try:
+        from distributed import Client
+        from distributed import as_completed as completed
+    except ImportError:
+        need = "needs Dask's distributed package: pip install 'kalena[dask]'"
+        raise bad_input([f"--scheduler: {need} (value: {scheduler!r})"]) from None
+    try:
+        client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise bad_input(
+            [f"--scheduler: cannot reach a Dask scheduler there: {e} (value: {scheduler!r})"]
+        ) from None
+    with client:
+        futures = [client.submit(fn, *job, pure=False) for job in jobs]
+        index = {f.key: i for i, f in enumerate(futures)}
+        for f in completed(futures):
+            try:
+                results[index[f.key]] = f.result()
+            except Exception as e:
+                client.cancel(futures)
+                raise JobFailed(index[f.key], e) from e
+            advance()
