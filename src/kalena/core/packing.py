@@ -38,9 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kalena.core.cluster import Cluster, Group
+from kalena.core.ledger import fits_mask, tolerant_capacity
 from kalena.core.model import Selector, WorkloadSpec, selector_matches, tolerates_all
 from kalena.core.resources import DIMS
-from kalena.core.tolerance import REL_TOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +101,12 @@ class _Packer:
         ledgers: Sequence[np.ndarray] | None,
         cap_fraction: float = 1.0,
     ) -> None:
-        self.cluster = cluster
         self.nodes = cluster.nodes
         n = len(self.nodes)
         if not 0.0 < cap_fraction <= 1.0:
             raise ValueError(f"cap_fraction must be in (0, 1], got {cap_fraction!r}")
         self.cap = cluster.capacity_matrix() * cap_fraction  # inf stays inf
-        self.cap_tol = self.cap + REL_TOL * np.maximum(1.0, np.abs(self.cap))
+        self.cap_tol = tolerant_capacity(self.cap)
         finite = np.isfinite(self.cap) & (self.cap > 0)
         self.divisor = np.where(finite, self.cap, 1.0)
         self.finite = finite
@@ -149,7 +148,7 @@ class _Packer:
 
     def fits(self, request: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Where ``request`` (L, 8) keeps every ledger within capacity."""
-        return mask & (self.load + request[:, None, :] <= self.cap_tol).all(axis=(0, 2))
+        return mask & fits_mask(request[:, None, :], self.load, self.cap_tol).all(axis=0)
 
     # the soft rules ------------------------------------------------------------------------------------
     def soft_cost(self, members: Sequence[int]) -> np.ndarray:
@@ -307,7 +306,7 @@ def pack(
 
 def _soft_broken(p: _Packer) -> int:
     """Soft rules broken by the final placement: per placed workload, its antiAffinity (a target
-    on its node) and its affinity (targets placed, none on its node), as soft_notes counts."""
+    on its node) and its affinity (none of its targets on its node), as soft_notes counts."""
     broken = 0
     for i in np.flatnonzero(p.where >= 0).tolist():
         node = p.where[i]
