@@ -13,7 +13,6 @@ Exit codes: 0 done; 1 a run broke the restoration invariant (its figures are inv
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shlex
@@ -25,9 +24,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all
+from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
 from kalena.cli.screen import table_console
 from kalena.cli.simulate import EXIT_BAD_INPUT, EXIT_INVARIANT, _check_out, _fail, _policy
+from kalena.data import irina_paths
 from kalena.ir.write import write_files_atomic
 from kalena.sim.calibration import (
     DEFAULT_HALF_LIVES_S,
@@ -65,20 +65,13 @@ def _numbers(option: str, text: str, lo: float, lo_open: bool) -> tuple[float, .
     return tuple(values)
 
 
-@functools.cache
-def _irina():  # type: ignore[no-untyped-def]
-    from kalena.data import irina_paths
-    from kalena.ir import load_cluster
-
-    return load_cluster(*irina_paths())
-
-
 def _one(hours: float, seed: int, margin: float, half_life_s: float) -> dict[str, Any]:
     """One run (in a worker process): the kept figures of its report, and its invariant count."""
     from kalena.sim import SimConfig, Simulation, build_report
 
     sim = Simulation(
-        _irina(), SimConfig(hours=hours, seed=seed, policy=_policy("decay", margin, half_life_s))
+        worker_cluster(*map(str, irina_paths())),
+        SimConfig(hours=hours, seed=seed, policy=_policy("decay", margin, half_life_s)),
     )
     sim.run()
     report = build_report(sim)

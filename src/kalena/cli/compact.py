@@ -6,19 +6,16 @@ or a workload that does not fit even sixteen times the cluster.
 
 from __future__ import annotations
 
-import copyreg
 import dataclasses
-import functools
 import json
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import typer
 from rich.table import Table
 
-from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all
+from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
 from kalena.cli.screen import bad_input, progress_bar, table_console
 from kalena.core.cluster import Cluster
 from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, BatchLoad, Compaction, Trial, trial
@@ -31,43 +28,24 @@ if TYPE_CHECKING:  # the simulator is imported only when a run is asked for
 
 #: Kuberina's own figures for Irina (its paper): full packing and the Pareto point.
 KUBERINA_FULL, KUBERINA_PARETO = 152, 182
-ARMS = ("production", "reclaim_on", "reclaim_off")
-
-
-def _unproxy(d: dict[Any, Any]) -> MappingProxyType[Any, Any]:
-    return MappingProxyType(d)
-
-
-def _proxy(m: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
-    return _unproxy, (dict(m),)
-
-
-# The batch pods travel to the worker processes, and the core's frozen specs keep their labels in
-# read-only mappings, which pickle cannot take by itself: it rebuilds them from a plain dict.
-copyreg.pickle(MappingProxyType, _proxy)  # type: ignore[arg-type]
-
-
-@functools.cache
-def _cluster(infra: str, workloads: str) -> Cluster:
-    return load_cluster(infra, workloads)
 
 
 def _one(
     infra: str, workloads: str, seed: int, fraction: float, load: BatchLoad | None, reclaim: bool
 ) -> Trial:
     """One trial in a worker process (the cluster read once per process)."""
-    return trial(_cluster(infra, workloads), np.random.default_rng(seed), fraction, load, reclaim)
+    return trial(worker_cluster(infra, workloads), np.random.default_rng(seed), fraction, load, reclaim)
 
 
-def _checkpoint(paths: list[str], cluster: Cluster, hours: float, seed: int, quiet: bool) -> Checkpoint:
-    """Simulate ``hours`` on the cluster (its blueprint, or the packer's placement) and return the
-    worst hourly checkpoint."""
+def _checkpoint(
+    paths: list[str], cluster: Cluster, placed: Cluster | None, hours: float, seed: int, quiet: bool
+) -> Checkpoint:
+    """Simulate ``hours`` on the cluster as ``placed`` (its blueprint; without one, the packer's
+    placement) and return the worst hourly checkpoint."""
     from kalena.sim import SimConfig, Simulation
     from kalena.sim.checkpoint import run_with_checkpoints, worst
 
-    if len(paths) == 3:
-        placed = load_cluster(*paths)
-    else:
+    if placed is None:
         result = pack(cluster)
         if not result.complete:
             raise bad_input(
@@ -126,17 +104,14 @@ def command(
     if 0 < batch_hours < 1:
         raise bad_input([f"--batch-hours: at least one hour (one checkpoint), or 0 (value: {batch_hours:g})"])
     try:
-        cluster = _cluster(paths[0], paths[1])
+        cluster = worker_cluster(paths[0], paths[1])
+        placed = load_cluster(*paths) if len(paths) == 3 else None  # the blueprint's
     except IRError as e:
         raise bad_input([p.render() for p in e.problems]) from None
-    load, checkpoint, baseline = None, None, None
-    if len(paths) == 3:
-        try:
-            baseline = len({*load_cluster(*paths).placement.values()})
-        except IRError as e:
-            raise bad_input([p.render() for p in e.problems]) from None
+    load, checkpoint = None, None
+    baseline = len({*placed.placement.values()}) if placed is not None else None
     if batch_hours > 0:
-        cp = _checkpoint(paths, cluster, batch_hours, seed, as_json)
+        cp = _checkpoint(paths, cluster, placed, batch_hours, seed, as_json)
         load = cp.load
         checkpoint = {
             "time_h": cp.time / 3600.0,

@@ -10,14 +10,19 @@ arguments, so the results are the same.
 
 from __future__ import annotations
 
+import copyreg
+import functools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from types import MappingProxyType
 from typing import Annotated, Any
 
 import typer
 
 from kalena.cli.screen import bad_input, progress_bar
+from kalena.core.cluster import Cluster
+from kalena.ir import load_cluster
 
 #: The two options of every sweep command.
 WorkersOpt = Annotated[int, typer.Option(help="Worker processes (0: one per CPU).", min=0)]
@@ -28,6 +33,26 @@ SchedulerOpt = Annotated[
 
 #: How long to wait for a Dask scheduler to answer before saying so.
 CONNECT_TIMEOUT_S = 30
+
+
+def _unproxy(d: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(d)
+
+
+def _proxy(m: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
+    return _unproxy, (dict(m),)
+
+
+# Jobs carry the core's frozen specs to other processes (compaction's batch pods), and those keep
+# their labels in read-only mappings, which pickle cannot take by itself: rebuilt from a dict.
+copyreg.pickle(MappingProxyType, _proxy)  # type: ignore[arg-type]
+
+
+@functools.cache
+def worker_cluster(*paths: str) -> Cluster:
+    """The cluster of these IR files, read once per worker process (every job of a sweep reads
+    the same files)."""
+    return load_cluster(*paths)
 
 
 class JobFailed(Exception):

@@ -6,7 +6,6 @@ input (IR problem lines, a bad point list, an unwritable folder).
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,11 +13,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all
+from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
 from kalena.cli.screen import bad_input, table_console
-from kalena.core.cluster import Cluster
 from kalena.data import irina_paths
-from kalena.ir import IRError, load_cluster
+from kalena.ir import IRError
 from kalena.ir.write import write_files_atomic
 from kalena.sim.pareto import DEFAULT_MAX_UNMET, DEFAULT_POINTS, Point, optimum, plot, run_point
 
@@ -29,14 +27,9 @@ RECORD_FILE = "pareto.json"
 app = typer.Typer(help="Sweeps over simulated days.", no_args_is_help=True)
 
 
-@functools.cache
-def _cluster(infra: str, workloads: str) -> Cluster:
-    return load_cluster(infra, workloads)
-
-
 def _one(infra: str, workloads: str, x: int, hours: float, seed: int) -> Point:
     """One point in a worker process (the cluster read once per process)."""
-    return run_point(_cluster(infra, workloads), x, hours, seed)
+    return run_point(worker_cluster(infra, workloads), x, hours, seed)
 
 
 def _points(text: str) -> tuple[int, ...]:
@@ -91,7 +84,7 @@ def pareto(
     except OSError as e:
         raise bad_input([f"--out: cannot make the folder: {e.strerror or e} (value: {str(out)!r})"]) from None
     try:
-        _cluster(*paths)
+        worker_cluster(*paths)
     except IRError as e:
         raise bad_input([p.render() for p in e.problems]) from None
     try:
