@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes import client as kclient
 from kubernetes import utils as kutils
 
-from kalena.testing.k8s import ControlPlane
+from kalena.testing.k8s import ControlPlane, wait_for
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
@@ -41,12 +41,44 @@ def account(
     (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
     user = f"system:serviceaccount:{ns}:{sa['metadata']['name']}"
     groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"]
+    # The authorizer learns new bindings from a watch, a moment after they are written: a check
+    # made at once can be refused on a loaded machine. Wait until each binding grants a rule of its role.
+    for verb, resource, group, sub, where in _first_grants(docs):
+        wait_for(
+            f"the binding to grant {verb} {resource}",
+            lambda v=verb, r=resource, g=group, s=sub, w=where: (
+                allowed(cp, user, groups, v, r, g, s, w) or None
+            ),
+            60,
+        )
     try:
         yield user, groups
     finally:
         rbac = kclient.RbacAuthorizationV1Api(cp.client)
         for name in renamed:
             rbac.delete_cluster_role_binding(name)
+
+
+def _first_grants(docs: list[dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
+    """(verb, resource, group, subresource, namespace) of each binding's role's first general rule."""
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    out = []
+    for b in docs:
+        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        role = roles.get((b["roleRef"]["kind"], b["roleRef"]["name"]))
+        if role is None:
+            continue
+        # a rule limited to named objects grants no request without a name: take a general one
+        rule = next(
+            (r for r in role.get("rules", []) if r.get("resources") and not r.get("resourceNames")), None
+        )
+        if rule is None:
+            continue
+        resource, _, sub = rule["resources"][0].partition("/")
+        where = b["metadata"].get("namespace", "") if b["kind"] == "RoleBinding" else ""
+        out.append((rule["verbs"][0], resource, rule["apiGroups"][0], sub, where))
+    return out
 
 
 def allowed(cp: ControlPlane, user: str, groups: list[str], verb: str, resource: str, group: str = "",
