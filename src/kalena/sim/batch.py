@@ -155,7 +155,7 @@ def generate(
         j = int(job[i])
         if j not in shared:
             shared[j] = Resources.from_array(req[n])
-        specs.append(_spec(j, int(pod_no[i]), shared[j], int(jobs["priority"][j])))
+        specs.append(_spec(f"job-{j:06d}-{int(pod_no[i]):05d}", j, shared[j], int(jobs["priority"][j])))
     return BatchTasks(
         job=job[order],
         submit=submit[order],
@@ -170,17 +170,59 @@ def generate(
     )
 
 
-def _spec(job: int, pod: int, requests: Resources, priority: int) -> WorkloadSpec:
-    owner = f"{NAMESPACE}/job-{job:06d}"
+def _spec(
+    name: str, job: int, requests: Resources, priority: int, namespace: str = NAMESPACE
+) -> WorkloadSpec:
+    """Batch pod ``namespace/name`` of job ``job`` (its owner and image are the job's)."""
+    owner = f"{namespace}/job-{job:06d}"
     return WorkloadSpec(
-        id=f"{owner}-{pod:05d}",
+        id=f"{namespace}/{name}",
         requests=requests,
         tier=Tier.BATCH,
         priority=priority,
-        namespace=NAMESPACE,
+        namespace=namespace,
         declaration=owner,
-        image=f"registry.local/batch/job-{job:06d}",
+        image=f"registry.local/{namespace}/job-{job:06d}",
         owner=owner,
         slack_cpu=True,
         slack_memory=False,
+    )
+
+
+def recorded(
+    ids: tuple[str, ...],
+    job: np.ndarray,
+    submit: np.ndarray,
+    requests: np.ndarray,
+    priority: np.ndarray,
+    nominal: np.ndarray,
+    demand: np.ndarray,
+    ram_use: np.ndarray,
+    warm: np.ndarray,
+    namespace: str = NAMESPACE,
+) -> BatchTasks:
+    """A batch population as recorded (a trace replay): one row per pod, any order (sorted here by
+    submission, then as given). ``job`` (int) groups pods into classes: a job's pods with the same
+    request share one requests object (the scheduler's class). ``nominal``: seconds the pod runs at
+    ``demand`` cores (its work is their product); ``warm``: running when the recording started."""
+    order = np.lexsort((np.arange(len(submit)), submit))
+    req = np.asarray(requests, dtype=np.float64)[order]
+    shared: dict[tuple[int, bytes], Resources] = {}
+    specs = []
+    for n, i in enumerate(order.tolist()):
+        key = (int(job[i]), req[n].tobytes())
+        if key not in shared:
+            shared[key] = Resources.from_array(req[n])
+        specs.append(_spec(ids[i], int(job[i]), shared[key], int(priority[i]), namespace))
+    return BatchTasks(
+        job=np.asarray(job, dtype=np.int64)[order],
+        submit=np.asarray(submit, dtype=np.float64)[order],
+        requests=req,
+        priority=np.asarray(priority, dtype=np.int64)[order],
+        nominal=np.asarray(nominal, dtype=np.float64)[order],
+        work=(np.asarray(demand) * np.asarray(nominal))[order],
+        demand=np.asarray(demand, dtype=np.float64)[order],
+        ram_use=np.asarray(ram_use, dtype=np.float64)[order],
+        warm=np.asarray(warm, dtype=bool)[order],
+        specs=tuple(specs),
     )

@@ -64,6 +64,7 @@ from kalena.sim.config import SimConfig
 from kalena.sim.metrics import Metrics
 from kalena.sim.placement import BatchQueue, PlacementShell
 from kalena.sim.production import ProductionUsage
+from kalena.sim.recorded import RecordedUsage, Samples
 from kalena.sim.rows import BATCH, PRODUCTION, RowTable, cpu_weight
 
 LONG_AGO = -1e12  # production started before the run (finite: the estimator needs a time)
@@ -112,8 +113,15 @@ class Simulation:
     #: of a recorded node sets the recording's first round, when a node agent first saw it).
     production_started = LONG_AGO
 
-    def __init__(self, cluster: Cluster, config: SimConfig, tasks: BatchTasks | None = None) -> None:
-        """``tasks``: a recorded batch population instead of the generated one (``config.batch``)."""
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: SimConfig,
+        tasks: BatchTasks | None = None,
+        production: Samples | None = None,
+    ) -> None:
+        """``tasks``: a recorded batch population instead of the generated one (``config.batch``);
+        ``production``: recorded usage samples instead of the synthetic model (``config.production``)."""
         self.cfg = cfg = config
         self.cluster = cluster
         streams = np.random.default_rng(cfg.seed).spawn(5)
@@ -131,7 +139,11 @@ class Simulation:
         finite_cpu = float(cap_cpu[np.isfinite(cap_cpu)].sum())
         cap_ram = self.cap[:, RAM]
         gib_per_core = float(cap_ram[np.isfinite(cap_ram)].sum()) / max(finite_cpu, 1e-9)
-        self.prod = ProductionUsage(rs.request[:p], cfg.production, streams[0], streams[1])
+        self.prod: ProductionUsage | RecordedUsage = (
+            ProductionUsage(rs.request[:p], cfg.production, streams[0], streams[1])
+            if production is None
+            else RecordedUsage(rs.request[:p], [s.id for s in rs.specs[:p]], production)  # type: ignore[union-attr]
+        )
         self.tasks: BatchTasks = (
             tasks
             if tasks is not None
