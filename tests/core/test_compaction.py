@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from kalena.core.cluster import Cluster, Group
-from kalena.core.compaction import BatchLoad, arm, budget, compact, grown, relax_large_gangs, trial
+from kalena.core.compaction import (
+    BatchLoad,
+    arm,
+    budget,
+    compact,
+    compacted,
+    grown,
+    relax_large_gangs,
+    trial,
+)
 from kalena.testing.builders import node, workload
 
 
@@ -95,3 +104,26 @@ def test_a_workload_larger_than_the_cluster_grows_it_by_clones_of_its_nodes():
     pool = grown(c, np.array([1, 0]), 3)
     assert [n.name for n in pool.nodes] == ["n0", "n1", "n1~0", "n0~1", "n1~2"]
     assert pool.capacity["n1~2"] == c.capacity["n1"]
+
+
+def test_the_compacted_cluster_is_the_trial_s_nodes_with_its_placement():
+    c = cluster_of(8, 9)
+    t = trial(c, np.random.default_rng(3))
+    small = compacted(c, t)
+    assert len(small.nodes) == t.nodes == 3
+    assert {nd.name for nd in small.nodes} == set(t.kept) == {nd.name for nd in c.nodes} - set(t.removed)
+    assert set(small.placement) == {w.id for w in c.workloads}
+    assert small.request_ledger_holds()
+
+
+def test_a_compacted_cluster_larger_than_the_original_has_its_clones_and_leaves_the_pending_out():
+    c = cluster_of(2, 12)  # 36 cpu on two 10-cpu nodes: the pool grows by clones
+    wl = [*c.workloads, workload("w/impossible", cpu=1, ram=1, node_selector={"pool": "none"})]
+    c = Cluster.build(c.nodes, (), wl)
+    t = trial(c, np.random.default_rng(0), pending_fraction=0.1)
+    small = compacted(c, t)
+    assert t.added > 0 and len(small.nodes) == t.nodes == 4
+    clones = [nd for nd in small.nodes if "~" in nd.name]
+    assert clones and all(nd.allocatable == c.node(nd.name.split("~")[0]).allocatable for nd in clones)
+    assert "w/impossible" in t.pending and "w/impossible" not in small.placement
+    assert len(small.workloads) == 12 and small.request_ledger_holds()

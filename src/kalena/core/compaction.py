@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,13 +84,17 @@ def arm(
 @dataclass(frozen=True, slots=True)
 class Trial:
     """One removal order's answer: ``nodes`` kept (the smallest that fits), which were removed,
-    and the workloads left pending on it (within the budget)."""
+    and the workloads left pending on it (within the budget); ``kept`` names the nodes (a clone
+    ``NAME~K``) and ``placement`` is where the cluster's own workloads went on them
+    (:func:`compacted` rebuilds that cluster)."""
 
     nodes: int
     removed: tuple[str, ...]
     pending: tuple[str, ...]
     packs: int  # how many packs the bisection ran
     added: int = 0  # clones of the cluster's nodes added to the pool before removing (too small)
+    kept: tuple[str, ...] = ()
+    placement: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,13 +181,30 @@ def trial(
         else:
             hi = mid
     names = [nd.name for nd in pool.nodes]
+    own = {w.id for w in cluster.workloads}
     return Trial(
         nodes=n - lo,
         removed=tuple(names[i] for i in order[:lo].tolist()),
         pending=tuple(w for w, _ in best.pending),
         packs=packs,
         added=added,
+        kept=tuple(names[i] for i in sorted(order[lo:].tolist())),
+        placement={w: nd for w, nd in best.placement.items() if w in own},
     )
+
+
+def compacted(cluster: Cluster, t: Trial) -> Cluster:
+    """The cluster trial ``t`` ended with: its kept nodes (a clone ``NAME~K`` rebuilt from node
+    ``NAME``) and the cluster's workloads where the trial placed them; the few it left pending
+    (within the budget) are left out, and so are the gangs they belonged to."""
+    by_name = {nd.name: nd for nd in cluster.nodes}
+    nodes = [
+        by_name[name] if name in by_name else dataclasses.replace(by_name[name.rsplit("~", 1)[0]], name=name)
+        for name in t.kept
+    ]
+    placed = [w for w in cluster.workloads if w.id in t.placement]
+    groups = [g for g in cluster.groups if all(m in t.placement for m in g.members)]
+    return Cluster.build(nodes, cluster.daemonsets, placed, t.placement, groups)
 
 
 def grown(cluster: Cluster, clone_order: np.ndarray, count: int) -> Cluster:

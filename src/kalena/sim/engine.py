@@ -106,6 +106,24 @@ class TaskColumns:
         )
 
 
+def population(capacity: np.ndarray, cfg: SimConfig) -> BatchTasks:
+    """The batch population ``cfg`` generates for nodes of ``capacity`` (N, 8): offered in
+    proportion to their finite cpu, memory per core as theirs (:func:`kalena.sim.batch.generate`).
+    A run on another cluster with this population (a compacted one, say) faces the same work."""
+    cap_cpu, cap_ram = capacity[:, CPU], capacity[:, RAM]
+    finite_cpu = float(cap_cpu[np.isfinite(cap_cpu)].sum())
+    gib_per_core = float(cap_ram[np.isfinite(cap_ram)].sum()) / max(finite_cpu, 1e-9)
+    return generate(
+        cfg.batch,
+        finite_cpu,
+        gib_per_core,
+        cfg.horizon_s,
+        cfg.seed,
+        warmup=48 * 3600.0 if cfg.batch_warm_start else 0.0,
+        load_factor=cfg.batch_load_factor,
+    )
+
+
 class Simulation:
     """A cluster, its production usage, a batch population, and the core deciding everything."""
 
@@ -135,28 +153,12 @@ class Simulation:
         rs = led.row_arrays()
         self.n_prod = p = led.production_count
         self.cap = led.capacity
-        cap_cpu = self.cap[:, CPU]
-        finite_cpu = float(cap_cpu[np.isfinite(cap_cpu)].sum())
-        cap_ram = self.cap[:, RAM]
-        gib_per_core = float(cap_ram[np.isfinite(cap_ram)].sum()) / max(finite_cpu, 1e-9)
         self.prod: ProductionUsage | RecordedUsage = (
             ProductionUsage(rs.request[:p], cfg.production, streams[0], streams[1])
             if production is None
             else RecordedUsage(rs.request[:p], [s.id for s in rs.specs[:p]], production)  # type: ignore[union-attr]
         )
-        self.tasks: BatchTasks = (
-            tasks
-            if tasks is not None
-            else generate(
-                cfg.batch,
-                finite_cpu,
-                gib_per_core,
-                cfg.horizon_s,
-                cfg.seed,
-                warmup=48 * 3600.0 if cfg.batch_warm_start else 0.0,
-                load_factor=cfg.batch_load_factor,
-            )
-        )
+        self.tasks: BatchTasks = tasks if tasks is not None else population(self.cap, cfg)
         self.ts = TaskColumns.of(len(self.tasks))
         self.life = Lifecycle(capacity=max(64, len(self.tasks)))
         self.next_task = 0

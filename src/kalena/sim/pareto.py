@@ -58,17 +58,26 @@ class Point:
         return float(self.figures["production_cpu_core_hours"] + self.figures["batch_cpu_core_hours"])
 
     def unmet_share(self) -> float:
-        used = self.figures["production_cpu_core_hours"] * 3600.0
-        return float(self.figures["production_unmet_cpu_core_seconds"] / used) if used > 0 else 0.0
+        return unmet_share(self.figures)
 
     def meets_slo(self, max_unmet: float = DEFAULT_MAX_UNMET) -> bool:
-        f = self.figures
-        return (
-            self.ran
-            and f["production_oom_kills"] == 0
-            and f["production_evictions"] == 0
-            and self.unmet_share() <= max_unmet
-        )
+        return self.ran and meets_slo(self.figures, max_unmet)
+
+
+def unmet_share(figures: dict[str, Any]) -> float:
+    """Production's unmet cpu over the cpu it used (a run's kept figures)."""
+    used = figures["production_cpu_core_hours"] * 3600.0
+    return float(figures["production_unmet_cpu_core_seconds"] / used) if used > 0 else 0.0
+
+
+def meets_slo(figures: dict[str, Any], max_unmet: float = DEFAULT_MAX_UNMET) -> bool:
+    """The SLO proxy (module docstring): no production OOM kill or eviction, unmet cpu within
+    ``max_unmet`` of what production used."""
+    return (
+        figures["production_oom_kills"] == 0
+        and figures["production_evictions"] == 0
+        and unmet_share(figures) <= max_unmet
+    )
 
 
 def run_point(cluster: Cluster, x: int, hours: float, seed: int) -> Point:
