@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -127,3 +129,25 @@ def test_a_compacted_cluster_larger_than_the_original_has_its_clones_and_leaves_
     assert clones and all(nd.allocatable == c.node(nd.name.split("~")[0]).allocatable for nd in clones)
     assert "w/impossible" in t.pending and "w/impossible" not in small.placement
     assert len(small.workloads) == 12 and small.request_ledger_holds()
+
+
+def test_the_volume_bound_skips_packs_and_changes_no_trial():
+    """least_placed answers the probes whose nodes cannot hold the workload without packing them;
+    with it off (nothing must be placed), every probe packs, and each trial ends the same."""
+    import kalena.core.compaction as compaction
+
+    c = cluster_of(12, 30)  # 90 cpu on 10-cpu nodes: removing more than 2 nodes cannot fit
+    batch = [workload(f"b/p-{i}", cpu=1, ram=1, tier="batch") for i in range(20)]
+    res = np.array([w.requests.array() * 0.5 for w in batch])
+    load = BatchLoad(tuple(batch), res, c.requests_matrix() * 0.6)
+    for reclaim in (True, False):
+        quick = [trial(c, np.random.default_rng(s), load=load, reclaim=reclaim) for s in range(4)]
+        original = compaction.least_placed
+        compaction.least_placed = lambda *a: np.zeros((1, 8))
+        try:
+            full = [trial(c, np.random.default_rng(s), load=load, reclaim=reclaim) for s in range(4)]
+        finally:
+            compaction.least_placed = original
+        for q, f in zip(quick, full, strict=True):
+            assert dataclasses.replace(q, packs=0) == dataclasses.replace(f, packs=0)
+        assert sum(q.packs for q in quick) < sum(f.packs for f in full)

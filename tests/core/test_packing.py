@@ -192,3 +192,41 @@ def test_the_most_constrained_pods_go_first_so_the_scarce_nodes_keep_room_for_th
     ]
     r = pack(Cluster.build(nodes, (), wl))
     assert r.complete and r.placement == {"a/needs-nvme": "nvme", "a/anywhere": "plain"}
+
+
+@st.composite
+def with_batch(draw):
+    """A cluster and batch classes of identical pods, in a request ledger and a reservation one
+    whose rows repeat (so classes form) or differ per pod."""
+    cluster = draw(clusters())
+    extra, reserved = [], []
+    for c in range(draw(st.integers(0, 4))):
+        cpu, ram = draw(st.sampled_from([0.25, 0.5, 1, 2])), draw(st.sampled_from([0.5, 1, 3]))
+        selector = {"disk": "ssd"} if draw(st.integers(0, 3)) == 0 else {}
+        fraction = draw(st.sampled_from([None, 0.5, 1.0]))  # None: a reservation per pod
+        for k in range(draw(st.integers(1, 12))):
+            extra.append(workload(f"b/c{c}-{k}", cpu=cpu, ram=ram, tier="batch", node_selector=selector))
+            f = draw(st.sampled_from([0.3, 0.6, 0.9])) if fraction is None else fraction
+            reserved.append(extra[-1].requests.array() * f)
+    prod = cluster.requests_matrix()
+    batch = np.array([w.requests.array() for w in extra]).reshape(-1, prod.shape[1])
+    ledgers = (np.vstack([prod, batch]), np.vstack([prod * 0.7, *(r[None] for r in reserved)]))
+    return cluster, extra, ledgers
+
+
+@settings(max_examples=150, deadline=None)
+@given(with_batch(), st.sampled_from([None, 0, 2]))
+def test_the_same_class_shortcuts_change_no_answer(case, give_up):
+    from kalena.core import packing
+
+    cluster, extra, ledgers = case
+    fast = pack(cluster, extra=extra, ledgers=ledgers, give_up_after=give_up)
+    packing._Packer.shortcuts = False
+    try:
+        slow = pack(cluster, extra=extra, ledgers=ledgers, give_up_after=give_up)
+    finally:
+        packing._Packer.shortcuts = True
+    assert fast.placement == slow.placement and fast.pending == slow.pending
+    assert np.array_equal(fast.load, slow.load)
+    if give_up is not None:  # it stops once more than that are pending (a gang fails whole)
+        assert len(fast.pending) <= give_up + max([1, *(len(g.members) for g in cluster.groups)])

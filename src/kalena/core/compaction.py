@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kalena.core.cluster import Cluster
+from kalena.core.ledger import tolerant_capacity
 from kalena.core.model import WorkloadSpec
 from kalena.core.packing import PackResult, pack
 
@@ -145,16 +146,22 @@ def trial(
     allowance = budget(cluster, pending_fraction, len(extra))
     clone_order = rng.permutation(len(cluster.nodes))
     packs = 0
+    need = least_placed(cluster, extra, ledgers, allowance)
 
-    def fits(r: PackResult) -> bool:
-        return len(r.pending) <= allowance
+    def fits(r: PackResult | None) -> bool:
+        return r is not None and len(r.pending) <= allowance
 
-    def attempt(pool: Cluster, off: np.ndarray) -> PackResult:
+    def attempt(pool: Cluster, off: np.ndarray) -> PackResult | None:
+        """The pack without the nodes ``off``; None, without packing, where their capacity
+        cannot hold what must be placed (it would not fit: the same answer, sooner)."""
         nonlocal packs
-        packs += 1
         allowed = np.ones(len(pool.nodes), dtype=bool)
         allowed[off] = False
-        return pack(pool, allowed, extra=extra, ledgers=ledgers)
+        room = tolerant_capacity(pool.capacity_matrix()[allowed]).sum(axis=0)
+        if (need > room * (1.0 + 1e-9)).any():
+            return None
+        packs += 1
+        return pack(pool, allowed, extra=extra, ledgers=ledgers, give_up_after=allowance, reasons=False)
 
     # the pool: the cluster, grown by clones of its nodes (in a random order) while too small
     pool, added = cluster, 0
@@ -163,11 +170,12 @@ def trial(
         if added >= MAX_GROWTH * len(cluster.nodes) or not cluster.nodes:
             raise ValueError(
                 f"the workload does not fit the whole cluster, nor {MAX_GROWTH} times as many nodes: "
-                f"{len(best.pending)} workloads pending, more than the {allowance} allowed"
+                f"more than the {allowance} workloads allowed stay pending"
             )
         added = max(1, 2 * added, len(cluster.nodes) // 8)
         pool = grown(cluster, clone_order, added)
         best = attempt(pool, np.zeros(0, dtype=np.int64))
+    assert best is not None
     n = len(pool.nodes)
     order = rng.permutation(n)
     lo, hi = 0, n  # lo removed: fits; hi removed: assumed not to (unless the workload is empty)
@@ -191,6 +199,23 @@ def trial(
         kept=tuple(names[i] for i in sorted(order[lo:].tolist())),
         placement={w: nd for w, nd in best.placement.items() if w in own},
     )
+
+
+def least_placed(
+    cluster: Cluster, extra: Sequence[WorkloadSpec], ledgers: Sequence[np.ndarray] | None, allowance: int
+) -> np.ndarray:
+    """(L, 8): what a pack that fits must place in each ledger at least, whichever ``allowance``
+    workloads stay pending (the largest on each dimension, the most they could leave out). Nodes
+    whose summed capacity is below it cannot take the workload: no need to pack to know."""
+    rows = (
+        np.stack([np.asarray(m, dtype=np.float64) for m in ledgers])
+        if ledgers is not None
+        else np.vstack([cluster.requests_matrix(), *(w.requests.array()[None] for w in extra)])[None]
+    )
+    total = rows.sum(axis=1)
+    if allowance <= 0 or rows.shape[1] == 0:
+        return total
+    return total - np.sort(rows, axis=1)[:, -allowance:, :].sum(axis=1)
 
 
 def compacted(cluster: Cluster, t: Trial) -> Cluster:

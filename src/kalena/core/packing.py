@@ -32,6 +32,7 @@ arguments: the same cluster and node mask give the same placement.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -93,6 +94,10 @@ def _size(requests: np.ndarray, mean_capacity: np.ndarray) -> np.ndarray:
 
 
 class _Packer:
+    #: the same-class shortcuts of :meth:`place_rest` (off only in the test that shows they change
+    #: no answer)
+    shortcuts = True
+
     def __init__(
         self,
         cluster: Cluster,
@@ -100,8 +105,10 @@ class _Packer:
         extra: Sequence[WorkloadSpec],
         ledgers: Sequence[np.ndarray] | None,
         cap_fraction: float = 1.0,
+        reasons: bool = True,
     ) -> None:
         self.nodes = cluster.nodes
+        self.reasons = reasons
         n = len(self.nodes)
         if not 0.0 < cap_fraction <= 1.0:
             raise ValueError(f"cap_fraction must be in (0, 1], got {cap_fraction!r}")
@@ -130,8 +137,12 @@ class _Packer:
         self._static: dict[tuple[object, ...], np.ndarray] = {}
 
     # the hard rules that do not depend on the others' placement -----------------------------------
+    @staticmethod
+    def static_key(w: WorkloadSpec, group_selector: Mapping[str, str]) -> tuple[object, ...]:
+        return (tuple(sorted(w.node_selector.items())), w.tolerations, tuple(sorted(group_selector.items())))
+
     def static_mask(self, w: WorkloadSpec, group_selector: Mapping[str, str]) -> np.ndarray:
-        key = (tuple(sorted(w.node_selector.items())), w.tolerations, tuple(sorted(group_selector.items())))
+        key = self.static_key(w, group_selector)
         mask = self._static.get(key)
         if mask is None:
             mask = np.array(
@@ -193,6 +204,8 @@ class _Packer:
                 self.where[i] = -1
 
     def why_not(self, request: np.ndarray, mask: np.ndarray) -> str:
+        if not self.reasons:
+            return ""
         if not mask.any():
             return "no node keeps its nodeSelector and taints" + (
                 "" if self.allowed.all() else " among the nodes allowed"
@@ -213,6 +226,45 @@ class _Packer:
             return self.why_not(r, mask)
         self.put((i,), node)
         return None
+
+    def same_class_key(self, i: int) -> tuple[object, ...] | None:
+        """What makes workload ``i`` interchangeable with another for the packer (its hard rules
+        and its rows in every ledger), or None when soft rules tie it to others."""
+        t, w = self.targets, self.workloads[i]
+        if t.aff[i] or t.anti[i] or t.anti_of[i]:
+            return None
+        return (self.static_key(w, {}), self.req[:, i].tobytes())
+
+    def place_rest(self, order: list[int], pending: list[tuple[int, str]], limit: float) -> None:
+        """The workloads outside gangs, one by one in ``order``, with two shortcuts that change
+        no answer: a workload of the class just placed goes where its predecessor went when it
+        still fits there (the best-fit choice's minimum can only have tightened on that node:
+        ``choose`` would pick it again), and one of a class that found no node finds none (the
+        nodes only fill up)."""
+        last_key: tuple[object, ...] | None = None
+        last_node = -1
+        unfit: set[tuple[object, ...]] = set()
+        for i in order:
+            key = self.same_class_key(i) if self.shortcuts else None
+            r = self.req[:, i]
+            if key is not None and key == last_key and last_node >= 0:
+                row = slice(last_node, last_node + 1)
+                if fits_mask(r[:, None, :], self.load[:, row], self.cap_tol[row]).all():
+                    self.put((i,), last_node)
+                    continue
+            if key is not None and key in unfit:
+                why: str | None = self.why_not(r, self.static_mask(self.workloads[i], {}))
+            else:
+                why = self.place_one(i, {})
+            if why is None:
+                last_key, last_node = key, int(self.where[i])
+                continue
+            if key is not None:
+                unfit.add(key)
+            last_key, last_node = None, -1
+            pending.append((i, why))
+            if len(pending) > limit:
+                return
 
     def place_group(self, g: Group) -> list[tuple[int, str]]:
         """The gang's members placed, or none of them; the reasons of those that could not go."""
@@ -254,9 +306,16 @@ def pack(
     extra: Sequence[WorkloadSpec] = (),
     ledgers: Sequence[np.ndarray] | None = None,
     cap_fraction: float = 1.0,
+    give_up_after: int | None = None,
+    reasons: bool = True,
 ) -> PackResult:
     """Place every workload of ``cluster`` on its nodes (module docstring); the cluster's own
     placement is ignored. ``allowed`` (N,) bool restricts the nodes.
+
+    ``give_up_after``: stop as soon as more workloads than that are pending (the result then
+    lists those only: enough for a caller that asks "does it fit within this many?", as a
+    compaction trial does, and most of a failing pack's time saved). ``reasons=False`` leaves
+    each pending workload's reason empty (not worked out).
 
     ``extra`` are more workloads to place after the cluster's (batch pods, say; no soft rules).
     ``ledgers``: what each workload (the cluster's, then ``extra``) counts in each ledger, a
@@ -266,7 +325,8 @@ def pack(
 
     ``cap_fraction`` packs against that share of every node's capacity, as Kuberina does when it
     caps capacity at X % for its Pareto plans (the placement is then valid against the real one)."""
-    p = _Packer(cluster, allowed, extra, ledgers, cap_fraction)
+    p = _Packer(cluster, allowed, extra, ledgers, cap_fraction, reasons)
+    limit = math.inf if give_up_after is None else give_up_after
     counted = p.finite.sum(axis=0)  # the mean over the nodes that bound a dimension (none: 0)
     mean = np.divide(
         np.where(p.finite, p.cap, 0.0).sum(axis=0), counted, out=np.zeros(len(DIMS)), where=counted > 0
@@ -285,14 +345,13 @@ def pack(
         in_group.update(p.index[m] for m in g.members)
         pending.extend(p.place_group(g))
     rest = np.array([i for i in range(len(p.workloads)) if i not in in_group], dtype=np.int64)
+    if len(pending) > limit:
+        rest = rest[:0]
     if rest.size:
         ids = np.array([p.workloads[i].id for i in rest.tolist()], dtype=object)
         # the most constrained first (fewest nodes their selector and taints allow), then the largest
         room = np.array([int(p.static_mask(p.workloads[i], {}).sum()) for i in rest.tolist()])
-        for i in rest[np.lexsort((ids, -sizes(rest), room))].tolist():
-            why = p.place_one(i, {})
-            if why is not None:
-                pending.append((i, why))
+        p.place_rest(rest[np.lexsort((ids, -sizes(rest), room))].tolist(), pending, limit)
     names = [nd.name for nd in p.nodes]
     placement = {p.workloads[i].id: names[int(p.where[i])] for i in np.flatnonzero(p.where >= 0).tolist()}
     return PackResult(

@@ -174,6 +174,7 @@ def read_events(
             if kind == SCHEDULE:
                 task.machine = row[4]
                 task.running_since = t
+                task.ended = False  # rescheduled after an eviction or failure: running again
                 if task.kept is None:
                     task.kept = machine_kept.get(row[4])
                     if task.kept is None:
