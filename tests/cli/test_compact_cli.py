@@ -63,3 +63,37 @@ def test_the_table_and_a_workload_that_fits_nowhere(tmp_path: Path):
     assert r.returncode == 2 and "expected INFRA WORKLOADS [BLUEPRINT]" in r.stderr
     r = run_kalena(["compact", *ok, "--batch-hours", "0.5"], tmp_path, timeout=60)
     assert r.returncode == 2 and "--batch-hours" in r.stderr
+
+
+def test_a_pending_pod_within_the_allowance_is_listed_per_trial(tmp_path: Path):
+    wl = "    - {name: small, replicas: 500, requests: {cpu: 0.05, ram: 0.01}}\n"
+    wl += "    - {name: odd, replicas: 1, requests: {cpu: 1, ram: 1}, nodeSelector: {pool: none}}\n"
+    r = run_kalena(
+        ["compact", *files(tmp_path, 4, wl), "--batch-hours", "0", "--trials", "2"], tmp_path, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert "production, trial 0: 1 pending, within the 0.2% allowed" in r.stdout
+    assert "production, trial 1: 1 pending" in r.stdout
+
+
+def test_the_validation_day_runs_the_compacted_cluster_beside_the_full_one(tmp_path: Path):
+    wl = "    - {name: web, replicas: 16, requests: {cpu: 2, ram: 2}}\n"
+    args = ["compact", *files(tmp_path, 12, wl), "--batch-hours", "1", "--trials", "3", "--validate"]
+    r = run_kalena([*args, "--json"], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    f = json.loads(r.stdout)
+    v = f["validation"]
+    on = f["reclaim_on"]
+    picked = on["trials"][v["trial"]]["nodes"]
+    assert picked >= on["p90"] and all(t["nodes"] >= picked for t in on["trials"] if t["nodes"] >= on["p90"])
+    assert v["hours"] == 1 and v["full"]["nodes"] == 12 and v["compacted"]["nodes"] == picked
+    for side in ("full", "compacted"):
+        assert v[side]["restoration_violations"] == 0 and isinstance(v[side]["meets_slo"], bool)
+        assert v[side]["production_cpu_core_hours"] > 0
+    table = run_kalena(args, tmp_path, timeout=600)
+    assert table.returncode == 0, table.stderr
+    assert (
+        "Validation: 1 simulated hours" in table.stdout and "compacted (reclamation on, p90)" in table.stdout
+    )
+    bad = run_kalena(["compact", "--batch-hours", "0", "--validate"], tmp_path, timeout=120)
+    assert bad.returncode == 2 and "--validate: the validation day is --batch-hours long" in bad.stderr

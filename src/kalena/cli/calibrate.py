@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +23,7 @@ import typer
 from rich.table import Table
 
 from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
-from kalena.cli.screen import table_console
+from kalena.cli.screen import command_line, table_console
 from kalena.cli.simulate import EXIT_BAD_INPUT, EXIT_INVARIANT, _check_out, _fail, _policy
 from kalena.data import irina_paths
 from kalena.ir.write import write_files_atomic
@@ -84,19 +82,6 @@ def _one(hours: float, seed: int, margin: float, half_life_s: float) -> dict[str
 #: Options that say where the output goes, not what runs: left out of the recorded command, so a
 #: record names no folder of the machine that made it.
 _WHERE = ("--out", "--defaults-root")
-
-
-def _command(args: list[str]) -> str:
-    """The command line that produced a calibration, without the options in ``_WHERE``."""
-    kept, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
-        elif a in _WHERE:
-            skip = True
-        elif not a.startswith(tuple(f"{w}=" for w in _WHERE)):
-            kept.append(a)
-    return shlex.join(["kalena", "calibrate", *kept])
 
 
 def _defaults_module(setting: Setting, command: str, date: str) -> str:
@@ -186,7 +171,7 @@ def calibrate(
     rows = summarise(ordered, hours)
     best = knee([r["disruptions_per_hour"] for r in rows], [r["reclaimed_cpu_core_hours"] for r in rows])
     chosen = Setting(rows[best]["margin"], rows[best]["half_life_s"])
-    command = _command(sys.argv[2:] if sys.argv[1:2] == ["calibrate"] else [])
+    command = command_line(leave_out=_WHERE)
     date = time.strftime("%Y-%m-%d", time.gmtime())
     record = {
         "command": command,

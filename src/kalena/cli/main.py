@@ -34,7 +34,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "k8s": ("kalena.cli.k8s", "app"),
     "archive": ("kalena.cli.archive", "app"),
     "recommend": ("kalena.cli.recommend", "recommend"),
+    "report": ("kalena.cli.report", "report"),
 }
+
+#: The key of the root context's ``meta`` (shared by every nested context) holding the arguments
+#: the root parsed: the command line a record names (``kalena.cli.screen.command_line``), right
+#: also in-process, where ``sys.argv`` is the test runner's.
+ARGV_META = "kalena.argv"
 
 
 class _LazyGroup(TyperGroup):
@@ -43,6 +49,10 @@ class _LazyGroup(TyperGroup):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._built: dict[str, Any] = {}
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        ctx.meta[ARGV_META] = list(args)
+        return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: Any) -> list[str]:
         return [*super().list_commands(ctx), *SUBCOMMANDS]

@@ -1,6 +1,10 @@
-"""The console the commands print tables on, their progress bars and their bad-input exit."""
+"""The console the commands print tables on, their progress bars, their bad-input exit and the
+command line their records name."""
 
 from __future__ import annotations
+
+import shlex
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -8,6 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 #: The exit code of bad input, in every command (docs/cli.md).
 EXIT_BAD_INPUT = 2
+
+#: Options that say where the files go, not what is computed: left out of the command a record
+#: names, so that a record names no folder of the machine that made it (and two runs into two
+#: folders record the same command).
+WHERE_OPTIONS = ("--out",)
 
 
 def table_console() -> Console:
@@ -36,3 +45,66 @@ def bad_input(lines: list[str]) -> typer.Exit:
     for line in lines:
         typer.echo(line, err=True)
     return typer.Exit(EXIT_BAD_INPUT)
+
+
+def command_line(leave_out: tuple[str, ...] = WHERE_OPTIONS) -> str:
+    """The running command as a shell line, ``kalena SUBCOMMAND ARGS`` (each argument quoted as a
+    shell needs), without the options of ``leave_out`` and their values: what a JSON record's
+    ``"command"`` says made it.
+
+    The arguments are those the root command parsed (``kalena.cli.main`` keeps them in the
+    context), so the line is the same whether ``kalena`` ran as a program or in-process, where
+    ``sys.argv`` is the test runner's. A command invoked without that root is rebuilt from the
+    parameters given on its command line (options by their first name, then the arguments).
+    """
+    from kalena.cli.main import ARGV_META
+
+    ctx = _current_context()
+    argv = ctx.meta.get(ARGV_META)
+    if argv is None:
+        argv = [*(ctx.command_path.split()[1:] or [ctx.command.name or ""]), *_given(ctx)]
+    kept: list[str] = []
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+        elif a == "--":  # the rest are arguments, never options
+            kept.extend(argv[i:])
+            break
+        elif a in leave_out:
+            skip = True  # and its value
+        elif not a.startswith(tuple(f"{o}=" for o in leave_out)):
+            kept.append(a)
+    return shlex.join(["kalena", *kept])
+
+
+def _current_context() -> Any:
+    """The running command's context, from the click Typer runs on (its own copy in newer
+    releases, the click package in older ones)."""
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+    return get_current_context()
+
+
+def _given(ctx: Any) -> list[str]:
+    """The options and arguments given on the command line, rebuilt from the parsed values."""
+    options: list[str] = []
+    arguments: list[str] = []
+    for param in ctx.command.params:
+        name = param.name or ""
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        value = ctx.params.get(name)
+        values = list(value) if isinstance(value, list | tuple) else [value]
+        if param.param_type_name == "argument":
+            arguments.extend(str(v) for v in values)
+        elif param.is_flag:
+            flag = param.opts[0] if value or not param.secondary_opts else param.secondary_opts[0]
+            options.append(flag)
+        else:
+            for v in values:
+                options.extend([param.opts[0], str(getattr(v, "value", v))])
+    return [*options, *(["--"] if any(a.startswith("-") for a in arguments) else []), *arguments]

@@ -25,7 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kalena.archive import Archive, ArchiveError
-from kalena.cli.screen import table_console
+from kalena.cli.screen import command_line, table_console
 from kalena.core.cluster import Cluster
 from kalena.core.config import ESTIMATORS, PolicyConfig
 from kalena.core.resources import CPU, DIMS, NDIM, RAM
@@ -402,6 +402,7 @@ def simulate(
             arms.append((ARM_LABELS[other_cfg.arm], build_report(other_sim)))
         report = compare_reports(arms[0][1], arms[1][1], arms[2][1])
         arms[0] = (arms[0][0], report)
+    report["command"] = command_line()  # what made the folder's figures (kalena report shows it)
     try:
         written = _write_outputs(out, report, sim if plots else None, runs if compare else None)
     except OSError as e:

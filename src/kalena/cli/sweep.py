@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
-from kalena.cli.screen import bad_input, table_console
+from kalena.cli.screen import bad_input, command_line, table_console
 from kalena.data import irina_paths
 from kalena.ir import IRError
 from kalena.ir.write import write_files_atomic
@@ -121,6 +121,7 @@ def _record(
     points: list[Point], best: Point | None, max_unmet: float, hours: float, seed: int
 ) -> dict[str, Any]:
     return {
+        "command": command_line(),
         "hours": hours,
         "seed": seed,
         "max_unmet": max_unmet,
