@@ -60,6 +60,9 @@ def test_every_command_group_documents_its_exit_codes():
         "kalena agent",
         "kalena simulate",
         "kalena deployable",
+        "kalena compact",
+        "kalena replay",
+        "kalena report",
     ):
         section = CLI[CLI.index(f"## `{heading}") :]
         nxt = section.find("\n## ", 3)

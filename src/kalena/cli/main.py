@@ -35,6 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "archive": ("kalena.cli.archive", "app"),
     "recommend": ("kalena.cli.recommend", "recommend"),
     "report": ("kalena.cli.report", "report"),
+    "replay": ("kalena.cli.replay", "replay_command"),
 }
 
 #: The key of the root context's ``meta`` (shared by every nested context) holding the arguments

@@ -34,6 +34,8 @@ from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 from kalena.ir.write import write_files_atomic
 from kalena.sim import SimConfig, Simulation, build_report, compare_reports
+from kalena.sim.batch import BatchTasks
+from kalena.sim.recorded import Samples
 from kalena.sim.report import OUTPUT_FILES, REPORT_FILE, task_index, task_story
 
 EXIT_INVARIANT = 1
@@ -141,9 +143,14 @@ def _run(
     show: bool,
     why: list[str] | None = None,
     archive: Archive | None = None,
+    *,
+    tasks: BatchTasks | None = None,
+    production: Samples | None = None,
 ) -> Simulation:
+    """One run with a progress bar (``show``); ``tasks`` and ``production``: recorded inputs
+    (``kalena replay``) instead of the generated ones."""
     try:
-        sim = Simulation(cluster, config)
+        sim = Simulation(cluster, config, tasks, production)
     except ValueError as e:  # a blueprint the ledger refuses (e.g. it overfills a node)
         raise _fail([f"cannot simulate this cluster: {e}"]) from None
     sim.archive = archive
