@@ -43,20 +43,21 @@ def make_run_folder(root: Path) -> tuple[Path, dict[str, str]]:
     commands["report.json"] = "kalena simulate --hours 0.25 --compare"
 
     # a real program, from the folder holding the inputs (relative paths, as an operator types them)
-    args = ["compact", "infra.yaml", "wl.yaml", "--batch-hours", "1", "--trials", "3", "--workers", "1"]
-    r = run_kalena([*args, "--out", str(run), "--json"], root, timeout=300)
+    # where the runs run (--workers, --scheduler) is left out of the record, as --out is
+    args = ["compact", "infra.yaml", "wl.yaml", "--batch-hours", "1", "--trials", "3"]
+    r = run_kalena([*args, "--workers", "1", "--out", str(run), "--json"], root, timeout=300)
     assert r.returncode == 0, r.stderr
     commands["compaction.json"] = shlex.join(["kalena", *args, "--json"])
     assert json.loads((run / "compaction.json").read_text()) == json.loads(r.stdout)
 
     infra, wl = str(root / "infra.yaml"), str(root / "wl.yaml")
-    args = ["sweep", "pareto", infra, wl, "--points", "80,100", "--hours", "1", "--workers", "1"]
-    r = runner.invoke(app, [*args, f"--out={run}"])  # the --out=DIR spelling is left out too
+    args = ["sweep", "pareto", infra, wl, "--points", "80,100", "--hours", "1"]
+    r = runner.invoke(app, [*args, "--workers=1", f"--out={run}"])  # the --opt=VALUE spelling too
     assert r.exit_code == 0, r.output
     commands["pareto.json"] = shlex.join(["kalena", *args])
 
     args = ["calibrate", "--hours", "0.05", "--margins", "1,1.3", "--half-lives", "300", "--seeds", "1"]
     r = runner.invoke(app, [*args, "--workers", "1", "--out", str(run)])
     assert r.exit_code == 0, r.output
-    commands["calibration.json"] = shlex.join(["kalena", *args, "--workers", "1"])
+    commands["calibration.json"] = shlex.join(["kalena", *args])
     return run, commands

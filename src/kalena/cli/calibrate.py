@@ -23,7 +23,7 @@ import typer
 from rich.table import Table
 
 from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
-from kalena.cli.screen import command_line, table_console
+from kalena.cli.screen import WHERE_OPTIONS, command_line, table_console
 from kalena.cli.simulate import EXIT_BAD_INPUT, EXIT_INVARIANT, _check_out, _fail, _policy
 from kalena.data import irina_paths
 from kalena.ir.write import write_files_atomic
@@ -81,7 +81,7 @@ def _one(hours: float, seed: int, margin: float, half_life_s: float) -> dict[str
 
 #: Options that say where the output goes, not what runs: left out of the recorded command, so a
 #: record names no folder of the machine that made it.
-_WHERE = ("--out", "--defaults-root")
+_WHERE = (*WHERE_OPTIONS, "--defaults-root")
 
 
 def _defaults_module(setting: Setting, command: str, date: str) -> str:

@@ -13,10 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 #: The exit code of bad input, in every command (docs/cli.md).
 EXIT_BAD_INPUT = 2
 
-#: Options that say where the files go, not what is computed: left out of the command a record
-#: names, so that a record names no folder of the machine that made it (and two runs into two
-#: folders record the same command).
-WHERE_OPTIONS = ("--out",)
+#: Options that say where the files go or where the runs run, not what is computed: left out of
+#: the command a record names, so that a record names no folder of the machine that made it, and
+#: two runs into two folders, or on local workers and on a Dask cluster, record the same command
+#: (their figures are the same).
+WHERE_OPTIONS = ("--out", "--workers", "--scheduler")
 
 
 def table_console() -> Console:
