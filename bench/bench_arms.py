@@ -15,7 +15,8 @@ and production harm beside them: cpu unmet and cpu lost to interference (core-se
 kills, per arm.
 ``--drop-empty-nodes``: the same on Irina without the nodes its blueprint leaves empty (d).
 
-Runs go to ``--workers`` processes (a progress bar counts them). One 6 h run takes 15-40 s here.
+The runs are ``kalena.sim.arms`` (what ``kalena sweep seeds`` runs), in ``--workers`` processes
+(a progress bar counts them). One 6 h run takes 15-40 s here.
 """
 
 from __future__ import annotations
@@ -24,96 +25,20 @@ import argparse
 import json
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
-import numpy as np
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
+from kalena.cli.fanout import run_all, worker_cluster
 from kalena.data import irina_paths
-from kalena.ir import load_cluster
-from kalena.sim import SimConfig, Simulation, build_report
+from kalena.sim.arms import ARMS, interval_text, run, summarise
 from machine import machine_info  # bench/ is on sys.path when a script runs
 
-ARMS: dict[str, dict[str, bool]] = {
-    "kalena": {},
-    "kalena-no-reclaim": {"reclaim": False},
-    "baseline": {"reclaim": False, "enforce": False},
-}
-KEEP = (
-    "batch_cpu_core_hours",
-    "production_cpu_core_hours",
-    "task_reclaimed_work_fraction",
-    "reclaimed_work_fraction",
-    "production_unmet_cpu_core_seconds",
-    "production_interference_cpu_core_seconds",
-    "production_oom_kills",
-    "batch_oom_kills",
-    "evictions_total",
-    "batch_tasks_completed",
-)
 
-
-def _one(
-    hours: float, seed: int, load: float, arm: str, drop: bool
-) -> tuple[float, int, str, dict[str, Any]]:
-    cluster = load_cluster(*irina_paths())
-    if drop:
-        cluster = cluster.without_empty_nodes()
-    cfg = SimConfig(hours=hours, seed=seed, batch_load_factor=load, **ARMS[arm])
-    sim = Simulation(cluster, cfg)
-    sim.run()
-    report = build_report(sim)
-    return load, seed, arm, {k: report[k] for k in (*KEEP, "wall_seconds")}
-
-
-def interval(values: list[float], rng: np.random.Generator) -> dict[str, float]:
-    """Mean and a 95 % percentile-bootstrap interval of the mean."""
-    v = np.asarray(values, dtype=np.float64)
-    means = rng.choice(v, size=(10_000, len(v)), replace=True).mean(axis=1)
-    lo, hi = np.quantile(means, [0.025, 0.975])
-    return {"mean": float(v.mean()), "lo": float(lo), "hi": float(hi), "n": len(v)}
-
-
-def summarise(runs: dict[tuple[float, int, str], dict[str, Any]]) -> dict[str, Any]:
-    rng = np.random.default_rng(0)
-    out: dict[str, Any] = {}
-    for load in sorted({k[0] for k in runs}):
-        seeds = sorted({k[1] for k in runs if k[0] == load})
-        a, b, c = [], [], []
-        harm: dict[str, dict[str, list[float]]] = {arm: {"unmet": [], "slow": [], "oom": []} for arm in ARMS}
-        for s in seeds:
-            on, base = runs[(load, s, "kalena")], runs[(load, s, "baseline")]
-            total = on["batch_cpu_core_hours"] + on["production_cpu_core_hours"]
-            a.append((on["batch_cpu_core_hours"] - base["batch_cpu_core_hours"]) / total)
-            b.append(on["task_reclaimed_work_fraction"])
-            c.append(on["reclaimed_work_fraction"])
-            for arm in ARMS:
-                r = runs[(load, s, arm)]
-                harm[arm]["unmet"].append(r["production_unmet_cpu_core_seconds"])
-                harm[arm]["slow"].append(r["production_interference_cpu_core_seconds"])
-                harm[arm]["oom"].append(r["production_oom_kills"])
-        out[str(load)] = {
-            "seeds": seeds,
-            "work_enabled_by_reclamation": interval(a, rng),
-            "task_level": interval(b, rng),
-            "per_node_upper_bound": interval(c, rng),
-            **{
-                key: {arm: interval(h[part], rng) for arm, h in harm.items()}
-                for key, part in (
-                    ("production_unmet_cpu_core_seconds", "unmet"),
-                    ("production_interference_cpu_core_seconds", "slow"),
-                )
-            },
-            "production_oom_kills": {arm: sum(h["oom"]) for arm, h in harm.items()},
-        }
-    return out
-
-
-def _pct(x: dict[str, float]) -> str:
-    return f"{100 * x['mean']:.1f} % [{100 * x['lo']:.1f}, {100 * x['hi']:.1f}]"
+def _one(hours: float, seed: int, load: float, arm: str, drop: bool) -> dict[str, Any]:
+    cluster = worker_cluster(*(str(p) for p in irina_paths()))
+    return run(cluster.without_empty_nodes() if drop else cluster, hours, seed, load, arm)
 
 
 def main() -> None:
@@ -147,16 +72,16 @@ def main() -> None:
         if (load, s, arm) not in runs
     ]
     t0 = time.perf_counter()
-    with Progress() as bar, ProcessPoolExecutor(args.workers) as pool:
-        task = bar.add_task(f"{len(jobs)} runs of {args.hours:g} h", total=len(jobs))
-        for fut in as_completed([pool.submit(_one, *j) for j in jobs]):
-            load, seed, arm, report = fut.result()
-            runs[(load, seed, arm)] = report
-            if args.runs_log:
-                with open(args.runs_log, "a") as f:
-                    where = {"hours": args.hours, "drop_empty_nodes": drop}
-                    f.write(json.dumps({**where, "load": load, "seed": seed, "arm": arm, **report}) + "\n")
-            bar.advance(task)
+
+    def keep(i: int, report: dict[str, Any]) -> None:
+        _, seed, load, arm, _ = jobs[i]
+        runs[(load, seed, arm)] = report
+        if args.runs_log:
+            with open(args.runs_log, "a") as f:
+                where = {"hours": args.hours, "drop_empty_nodes": drop}
+                f.write(json.dumps({**where, "load": load, "seed": seed, "arm": arm, **report}) + "\n")
+
+    run_all(_one, jobs, workers=args.workers, label=f"{len(jobs)} runs of {args.hours:g} h", done=keep)
     runs = {k: v for k, v in runs.items() if k[0] in loads and k[1] < args.seeds}
     summary = summarise(runs)
     where = "Irina without its empty nodes" if drop else "Irina"
@@ -170,9 +95,9 @@ def main() -> None:
         slow = s["production_interference_cpu_core_seconds"]
         table.add_row(
             f"x{load}",
-            _pct(s["work_enabled_by_reclamation"]),
-            _pct(s["task_level"]),
-            _pct(s["per_node_upper_bound"]),
+            interval_text(s["work_enabled_by_reclamation"]),
+            interval_text(s["task_level"]),
+            interval_text(s["per_node_upper_bound"]),
             " / ".join(f"{unmet[arm]['mean'] / 1e6:.3f}" for arm in ARMS),
             " / ".join(f"{slow[arm]['mean'] / 1e6:.3f}" for arm in ARMS),
             " / ".join(str(s["production_oom_kills"][arm]) for arm in ARMS),

@@ -38,6 +38,20 @@ def test_pareto_points_on_dask_equal_the_local_run(scheduler, tmp_path: Path):
     assert (tmp_path / "dask" / "pareto.png").exists()
 
 
+def test_seed_runs_on_dask_equal_the_local_run(scheduler, tmp_path: Path):
+    args = ["sweep", "seeds", "--seeds", "2", "--hours", "0.1", "--json"]
+    local = run_kalena([*args, "--out", str(tmp_path / "local")], tmp_path, timeout=600)
+    remote = run_kalena(
+        [*args, "--out", str(tmp_path / "dask"), "--scheduler", scheduler], tmp_path, timeout=600
+    )
+    assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+    mine, theirs = json.loads(local.stdout), json.loads(remote.stdout)
+    for record in (mine, theirs):  # each run's own wall time differs, nothing else may
+        for run in record["runs"]:
+            run.pop("wall_seconds")
+    assert theirs == mine
+
+
 def test_no_scheduler_at_the_address_is_exit_2(tmp_path: Path):
     r = run_kalena(
         ["compact", "--batch-hours", "0", "--trials", "1", "--scheduler", "tcp://127.0.0.1:9"],

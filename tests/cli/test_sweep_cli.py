@@ -61,3 +61,41 @@ def test_a_strict_slo_leaves_no_optimum_and_bad_points_are_exit_2(tmp_path: Path
             ["sweep", "pareto", "--points", bad, "--out", str(tmp_path / "o")], tmp_path, timeout=60
         )
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_seeds_sweep_runs_every_arm_at_every_seed_and_bounds_the_means(tmp_path: Path):
+    out = tmp_path / "run"
+    r = run_kalena(
+        ["sweep", "seeds", "--seeds", "3", "--hours", "0.25", "--loads", "1", "--out", str(out), "--json"],
+        tmp_path,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr
+    record = json.loads(r.stdout)
+    assert json.loads((out / "seeds.json").read_text()) == record
+    assert record["command"] == "kalena sweep seeds --seeds 3 --hours 0.25 --loads 1 --json"
+    runs = {(x["seed"], x["arm"]): x for x in record["runs"]}
+    assert set(runs) == {(s, a) for s in range(3) for a in ("kalena", "kalena-no-reclaim", "baseline")}
+    assert all(x["restoration_violations"] == 0 for x in runs.values())
+    s = record["summary"]["1"]
+    assert s["seeds"] == [0, 1, 2]
+    # (a), recomputed from the runs: batch work beyond the baseline's, over all work
+    a = []
+    for seed in range(3):
+        on, base = runs[(seed, "kalena")], runs[(seed, "baseline")]
+        total = on["batch_cpu_core_hours"] + on["production_cpu_core_hours"]
+        a.append((on["batch_cpu_core_hours"] - base["batch_cpu_core_hours"]) / total)
+    enabled = s["work_enabled_by_reclamation"]
+    assert abs(enabled["mean"] - sum(a) / 3) < 1e-12 and enabled["n"] == 3
+    assert min(a) - 1e-12 <= enabled["lo"] <= enabled["mean"] <= enabled["hi"] <= max(a) + 1e-12
+    assert s["production_oom_kills"]["kalena"] == sum(
+        runs[(i, "kalena")]["production_oom_kills"] for i in range(3)
+    )
+    table = run_kalena(
+        ["sweep", "seeds", "--seeds", "1", "--hours", "0.1", "--out", str(out)], tmp_path, timeout=600
+    )
+    assert table.returncode == 0, table.stderr
+    assert "(a) enabled vs baseline" in table.stdout and "x1" in table.stdout
+    for bad, says in (("0", "finite number > 0"), ("1,1", "given twice"), ("one", "not a number")):
+        r = run_kalena(["sweep", "seeds", "--loads", bad, "--out", str(out)], tmp_path, timeout=60)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr

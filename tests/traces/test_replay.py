@@ -104,3 +104,22 @@ def test_an_unreadable_trace_is_bad_input_and_writes_nothing(tmp_path: Path) -> 
     assert "task_events/part-0.csv:2: priority: not a number (value: 'x')" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_report_of_a_replay_folder_shows_the_trace_and_the_seeds(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    root = TRACES / "google-clusterdata-2011-2"
+    steps = [
+        ["replay", "google-2011", str(root), "--machines", "30", "--hours", "0.25", "--out", str(out)],
+        ["sweep", "seeds", "--seeds", "2", "--hours", "0.1", "--out", str(out)],
+        ["report", str(out)],
+    ]
+    for args in steps:
+        proc = run_kalena(args, tmp_path, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+    page = (out / "report.html").read_text()
+    for title in ("The trace replayed", "The arms over seeds", "The slack views"):
+        assert f"<h2>{title}</h2>" in page
+    figures = json.loads((out / "trace.json").read_text())
+    assert figures["notes"] and all(n.replace("'", "&#x27;") in page for n in figures["notes"])
+    assert "(a) work enabled vs the baseline" in page and "kalena sweep seeds --seeds 2 --hours 0.1" in page

@@ -71,15 +71,23 @@ def run_all(
     scheduler: str | None = None,
     label: str = "runs",
     quiet: bool = False,
+    done: Callable[[int, Any], None] | None = None,
 ) -> list[Any]:
-    """``[fn(*job) for job in jobs]``, computed in parallel (module docstring)."""
+    """``[fn(*job) for job in jobs]``, computed in parallel (module docstring); ``done(i, result)``
+    as each job ends (a caller that keeps what finished, should the sweep stop)."""
     results: list[Any] = [None] * len(jobs)
     if not jobs:
         return results
     with progress_bar(label, quiet) as bar:
         task = bar.add_task(label, total=len(jobs))
+
+        def advance(i: int) -> None:
+            if done is not None:
+                done(i, results[i])
+            bar.advance(task)
+
         if scheduler:
-            _on_dask(fn, jobs, scheduler, results, lambda: bar.advance(task))
+            _on_dask(fn, jobs, scheduler, results, advance)
         else:
             with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool:
                 futures = {pool.submit(fn, *job): i for i, job in enumerate(jobs)}
@@ -89,7 +97,7 @@ def run_all(
                     except Exception as e:
                         pool.shutdown(wait=False, cancel_futures=True)
                         raise JobFailed(futures[f], e) from e
-                    bar.advance(task)
+                    advance(futures[f])
     return results
 
 
@@ -98,7 +106,7 @@ def _on_dask(
     jobs: Sequence[tuple[Any, ...]],
     scheduler: str,
     results: list[Any],
-    advance: Callable[[], None],
+    advance: Callable[[int], None],
 ) -> None:
     try:
         from distributed import Client
@@ -121,4 +129,4 @@ def _on_dask(
             except Exception as e:
                 client.cancel(futures)
                 raise JobFailed(index[f.key], e) from e
-            advance()
+            advance(index[f.key])

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 import typer
 
 from kalena import __version__
-from kalena.cli import calibrate, compact, sweep
+from kalena.cli import calibrate, compact, replay, sweep
 from kalena.cli.screen import bad_input, table_console
 from kalena.ir.write import write_text_atomic
 from kalena.sim.report import ACCURACY_PLOT, COMPARE_PLOT, REPORT_FILE, SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT
@@ -235,7 +235,66 @@ def _safety_tables(record: dict[str, Any]) -> str:
     return out
 
 
+def _trace_tables(record: dict[str, Any]) -> str:
+    out = _key_values(
+        record,
+        [
+            "source",
+            "horizon_s",
+            "machines",
+            "machine_cores",
+            "tasks",
+            "production_tasks",
+            "batch_tasks",
+            "jobs",
+            "usage_samples",
+            "production_cpu_usage_over_request",
+            "production_ram_usage_over_request",
+            "batch_cpu_usage_over_request",
+            "batch_ram_usage_over_request",
+            "replayed.nodes",
+            "replayed.production_pods",
+            "replayed.batch_pods",
+        ],
+    )
+    for key, title in (("notes", "What the reader normalised or left out"), ("replay_notes", "The replay")):
+        notes = record.get(key)
+        if isinstance(notes, list) and notes:
+            out += f"<h3>{escape(title)}</h3><ul>" + "".join(f"<li>{_cell(n)}</li>" for n in notes) + "</ul>"
+    return out
+
+
+def _seeds_tables(record: dict[str, Any]) -> str:
+    out = _key_values(record, ["hours", "seeds", "drop_empty_nodes"])
+    summary = record.get("summary")
+    if not isinstance(summary, dict):
+        return out
+    rows = []
+    for load, s in summary.items():
+        for key, label in (
+            ("work_enabled_by_reclamation", "(a) work enabled vs the baseline"),
+            ("task_level", "(b) task-level"),
+            ("per_node_upper_bound", "(c) per-node upper bound"),
+        ):
+            x = _get(s, key)
+            cells = (
+                [_cell(_get(x, k)) for k in ("mean", "lo", "hi", "n")] if isinstance(x, dict) else [""] * 4
+            )
+            rows.append([_cell(f"x{load}"), escape(label), *cells])
+    out += _table(["batch load", "figure", "mean", "95 % low", "95 % high", "seeds"], rows)
+    return out
+
+
 KINDS = (
+    Kind(
+        "trace",
+        "The trace replayed",
+        replay.TRACE_FILE,
+        (),
+        "A public cluster trace read into Kalena's units and replayed (kalena replay): the reader's "
+        "figures, and every normalisation it applied and every row it left out.",
+        _trace_tables,
+    ),
     Kind(
         "slack",
         "The slack views",
@@ -257,6 +316,15 @@ KINDS = (
         "The same inputs and seed with reclamation on, off (Kalena's policy, reservations at requests) "
         "and the baseline (no Kalena).",
         _arms_tables,
+    ),
+    Kind(
+        "seeds",
+        "The arms over seeds",
+        sweep.SEEDS_FILE,
+        (),
+        "The three arms at every seed and batch load (kalena sweep seeds): the mean and a 95 % "
+        "bootstrap interval over the seeds of what reclamation makes possible.",
+        _seeds_tables,
     ),
     Kind(
         "compaction",

@@ -1,4 +1,5 @@
-"""``kalena sweep``: sweeps over simulated days (``pareto``: the planner's capacity threshold).
+"""``kalena sweep``: sweeps over simulated days (``pareto``: the planner's capacity threshold;
+``seeds``: the three arms over seeds and batch loads).
 
 Exit codes: 0 done; 1 a run broke the restoration invariant (its figures are invalid); 2 bad
 input (IR problem lines, a bad point list, an unwritable folder).
@@ -7,6 +8,7 @@ input (IR problem lines, a bad point list, an unwritable folder).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -177,3 +179,146 @@ def _show(points: list[Point], best: Point | None, max_unmet: float, out: Path) 
         work = f"{best.useful_core_hours:,.0f} core-hours"
         con.print(f"optimum: X = {best.x} % ({best.active_nodes} active nodes, {work})")
     con.print(f"wrote {out / RECORD_FILE} and {out / PLOT_FILE}")
+
+
+SEEDS_FILE = "seeds.json"
+
+
+def _arm_run(
+    paths: tuple[str, ...], drop: bool, hours: float, seed: int, load: float, arm: str
+) -> dict[str, Any]:
+    """One arm's run in a worker process (the cluster read once per process)."""
+    from kalena.sim.arms import run
+
+    cluster = worker_cluster(*paths)
+    return run(cluster.without_empty_nodes() if drop else cluster, hours, seed, load, arm)
+
+
+def _loads(text: str) -> tuple[float, ...]:
+    out: list[float] = []
+    for part in text.split(","):
+        try:
+            x = float(part)
+        except ValueError:
+            raise bad_input([f"--loads: {part.strip()!r} is not a number (value: {text!r})"]) from None
+        if not (math.isfinite(x) and x > 0):
+            raise bad_input([f"--loads: each must be a finite number > 0 (value: {part.strip()!r})"])
+        out.append(x)
+    if len(set(out)) != len(out):
+        raise bad_input([f"--loads: a value is given twice (value: {text!r})"])
+    return tuple(sorted(out))
+
+
+@app.command("seeds")
+def seeds(
+    files: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="INFRA WORKLOADS BLUEPRINT (IR v1 or legacy); default: the bundled Irina.",
+            show_default=False,
+        ),
+    ] = None,
+    count: Annotated[int, typer.Option("--seeds", help="Seeds 0..N-1 per load and arm.", min=1)] = 5,
+    hours: Annotated[float, typer.Option(help="Simulated hours of each run.", min=0.1, max=8784.0)] = 6.0,
+    loads: Annotated[
+        str, typer.Option(help="Batch loads, multiples of the fitted one, comma-separated.")
+    ] = "1",
+    drop_empty_nodes: Annotated[
+        bool,
+        typer.Option(
+            "--drop-empty-nodes",
+            metavar="",
+            help="Leave out the nodes the blueprint puts no production on (batch gets only what it leaves).",
+        ),
+    ] = False,
+    workers: WorkersOpt = 0,
+    scheduler: SchedulerOpt = None,
+    out: Annotated[Path, typer.Option(help="Folder for seeds.json.")] = Path("out"),
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar="", help="Print the record as JSON instead of a table.")
+    ] = False,
+) -> None:
+    """The three arms (reclamation on, off, no Kalena) over seeds and batch loads: what
+    reclamation makes possible and production's harm, each with a 95 % interval over the seeds."""
+    from kalena.sim.arms import ARMS, summarise
+
+    load_list = _loads(loads)
+    paths = tuple(str(p) for p in files) if files else tuple(str(p) for p in irina_paths())
+    if len(paths) != 3:
+        raise bad_input([f"sweep seeds: expected INFRA WORKLOADS BLUEPRINT, got {len(paths)} files"])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise bad_input([f"--out: cannot make the folder: {e.strerror or e} (value: {str(out)!r})"]) from None
+    try:
+        worker_cluster(*paths)
+    except IRError as e:
+        raise bad_input([p.render() for p in e.problems]) from None
+    keys = [(load, s, arm) for load in load_list for s in range(count) for arm in ARMS]
+    try:
+        done = run_all(
+            _arm_run,
+            [(paths, drop_empty_nodes, hours, s, load, arm) for load, s, arm in keys],
+            workers=workers,
+            scheduler=scheduler,
+            label="runs (load x seed x arm)",
+            quiet=as_json,
+        )
+    except JobFailed as e:
+        load, s, arm = keys[e.index]
+        raise bad_input(
+            [f"load {load:g}, seed {s}, {arm}: the run failed ({e.error!r}); nothing was written"]
+        ) from None
+    runs = dict(zip(keys, done, strict=True))
+    record = {
+        "command": command_line(),
+        "hours": hours,
+        "seeds": count,
+        "loads": list(load_list),
+        "drop_empty_nodes": drop_empty_nodes,
+        "summary": summarise(runs),
+        "runs": [{"load": k[0], "seed": k[1], "arm": k[2], **v} for k, v in runs.items()],
+    }
+    try:
+        write_files_atomic({out / SEEDS_FILE: json.dumps(record, indent=2) + "\n"})
+    except OSError as e:
+        raise bad_input([f"--out: cannot write: {e.strerror or e} (value: {str(out)!r})"]) from None
+    if as_json:
+        typer.echo(json.dumps(record, indent=2))
+    else:
+        _show_seeds(record, out)
+    if any(r["restoration_violations"] for r in runs.values()):
+        raise typer.Exit(EXIT_INVARIANT)
+
+
+def _show_seeds(record: dict[str, Any], out: Path) -> None:
+    from kalena.sim.arms import ARMS, interval_text
+
+    con = table_console()
+    where = " without its empty nodes" if record["drop_empty_nodes"] else ""
+    title = f"The arms{where}, {record['hours']:g} h, seeds 0-{record['seeds'] - 1}: mean [95 % interval]"
+    table = Table(title=title, title_justify="left")
+    for col in (
+        "batch load",
+        "(a) enabled vs baseline",
+        "(b) task-level",
+        "(c) per-node bound",
+        "unmet prod. cpu (core-s): on / off / baseline",
+        "prod. cpu lost to interference (core-s)",
+        "prod. OOM kills",
+    ):
+        table.add_column(col)
+    for load, s in record["summary"].items():
+        unmet = s["production_unmet_cpu_core_seconds"]
+        slow = s["production_interference_cpu_core_seconds"]
+        table.add_row(
+            f"x{load}",
+            interval_text(s["work_enabled_by_reclamation"]),
+            interval_text(s["task_level"]),
+            interval_text(s["per_node_upper_bound"]),
+            " / ".join(f"{unmet[arm]['mean']:,.0f}" for arm in ARMS),
+            " / ".join(f"{slow[arm]['mean']:,.0f}" for arm in ARMS),
+            " / ".join(str(s["production_oom_kills"][arm]) for arm in ARMS),
+        )
+    con.print(table)
+    con.print(f"wrote {out / SEEDS_FILE}")
