@@ -94,8 +94,8 @@ def _size(requests: np.ndarray, mean_capacity: np.ndarray) -> np.ndarray:
 
 
 class _Packer:
-    #: the same-class shortcuts of :meth:`place_rest` (off only in the test that shows they change
-    #: no answer)
+    #: the shortcuts of :meth:`place_rest` and :meth:`choose` (off only in the test that shows they
+    #: change no answer)
     shortcuts = True
 
     def __init__(
@@ -134,6 +134,9 @@ class _Packer:
         self.count = np.zeros(n, dtype=np.int64)
         self.where = np.full(w, -1, dtype=np.int64)
         self.targets = _Targets(cluster, self.index, w)
+        t = self.targets
+        #: workloads with no soft rule tying them to others (batch, most production)
+        self.lonely = [not (t.aff[i] or t.anti[i] or t.anti_of[i]) for i in range(w)]
         self._static: dict[tuple[object, ...], np.ndarray] = {}
 
     # the hard rules that do not depend on the others' placement -----------------------------------
@@ -178,15 +181,25 @@ class _Packer:
                 cost += np.bincount(placed[placed >= 0], minlength=n) == 0
         return cost
 
+    def left(self, request: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        """Per candidate: the share of its capacity left on its fullest-left dimension after
+        ``request``, in the tighter ledger (best fit takes the least)."""
+        after = (self.cap[cand] - self.load[:, cand] - request[:, None, :]) / self.divisor[cand]
+        return np.where(self.finite[cand], after, 0.0).max(axis=2).min(axis=0)
+
     def choose(self, request: np.ndarray, feasible: np.ndarray, members: Sequence[int]) -> int | None:
+        if self.shortcuts and all(self.lonely[i] for i in members):
+            # no soft rule: every node's soft cost is 0, so the keys are (closed, left, index): an
+            # open node if any, then the least left, the lowest index among equals (argmin's first)
+            open_ = feasible & (self.count > 0)
+            cand = np.flatnonzero(open_ if open_.any() else feasible)
+            return int(cand[np.argmin(self.left(request, cand))]) if cand.size else None
         cand = np.flatnonzero(feasible)
         if not cand.size:
             return None
         soft = self.soft_cost(members)[cand]
         closed = (self.count[cand] == 0).astype(np.int64)
-        after = (self.cap[cand] - self.load[:, cand] - request[:, None, :]) / self.divisor[cand]
-        left = np.where(self.finite[cand], after, 0.0).max(axis=2).min(axis=0)  # the tighter ledger
-        order = np.lexsort((cand, left, closed, soft))  # the last key is the first compared
+        order = np.lexsort((cand, self.left(request, cand), closed, soft))  # the last key first
         return int(cand[order[0]])
 
     def put(self, members: Sequence[int], node: int) -> None:
@@ -230,10 +243,9 @@ class _Packer:
     def same_class_key(self, i: int) -> tuple[object, ...] | None:
         """What makes workload ``i`` interchangeable with another for the packer (its hard rules
         and its rows in every ledger), or None when soft rules tie it to others."""
-        t, w = self.targets, self.workloads[i]
-        if t.aff[i] or t.anti[i] or t.anti_of[i]:
+        if not self.lonely[i]:
             return None
-        return (self.static_key(w, {}), self.req[:, i].tobytes())
+        return (self.static_key(self.workloads[i], {}), self.req[:, i].tobytes())
 
     def place_rest(self, order: list[int], pending: list[tuple[int, str]], limit: float) -> None:
         """The workloads outside gangs, one by one in ``order``, with two shortcuts that change
