@@ -28,11 +28,11 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from kalena.cli.fanout import run_all, worker_cluster
+from kalena.cli.sweep import seeds_table
 from kalena.data import irina_paths
-from kalena.sim.arms import ARMS, interval_text, run, summarise
+from kalena.sim.arms import ARMS, run, summarise
 from machine import machine_info  # bench/ is on sys.path when a script runs
 
 
@@ -85,23 +85,7 @@ def main() -> None:
     runs = {k: v for k, v in runs.items() if k[0] in loads and k[1] < args.seeds}
     summary = summarise(runs)
     where = "Irina without its empty nodes" if drop else "Irina"
-    table = Table(title=f"{where}, {args.hours:g} h, seeds 0-{args.seeds - 1}: mean [95 % interval]")
-    for col in ("batch load", "(a) enabled vs baseline", "(b) task-level", "(c) per-node bound",
-                "unmet prod. cpu (M core-s): on / off / baseline",
-                "prod. cpu lost to interference (M core-s)", "prod. OOM kills"):  # fmt: skip
-        table.add_column(col)
-    for load, s in summary.items():
-        unmet = s["production_unmet_cpu_core_seconds"]
-        slow = s["production_interference_cpu_core_seconds"]
-        table.add_row(
-            f"x{load}",
-            interval_text(s["work_enabled_by_reclamation"]),
-            interval_text(s["task_level"]),
-            interval_text(s["per_node_upper_bound"]),
-            " / ".join(f"{unmet[arm]['mean'] / 1e6:.3f}" for arm in ARMS),
-            " / ".join(f"{slow[arm]['mean'] / 1e6:.3f}" for arm in ARMS),
-            " / ".join(str(s["production_oom_kills"][arm]) for arm in ARMS),
-        )
+    table = seeds_table(summary, f"{where}, {args.hours:g} h, seeds 0-{args.seeds - 1}: mean [95 % interval]")
     Console(width=200).print(table)
     wall = time.perf_counter() - t0
     print(f"{len(jobs)} runs in {wall:.0f} s with {args.workers} workers")

@@ -96,6 +96,11 @@ def test_the_seeds_sweep_runs_every_arm_at_every_seed_and_bounds_the_means(tmp_p
     )
     assert table.returncode == 0, table.stderr
     assert "(a) enabled vs baseline" in table.stdout and "x1" in table.stdout
-    for bad, says in (("0", "finite number > 0"), ("1,1", "given twice"), ("one", "not a number")):
+    for bad, says in (
+        ("0", "each must be > 0"),
+        ("1,1", "given twice"),
+        ("one", "not a number"),
+        ("inf", "> 0"),
+    ):
         r = run_kalena(["sweep", "seeds", "--loads", bad, "--out", str(out)], tmp_path, timeout=60)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr

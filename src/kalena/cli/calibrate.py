@@ -23,7 +23,7 @@ import typer
 from rich.table import Table
 
 from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
-from kalena.cli.screen import WHERE_OPTIONS, command_line, table_console
+from kalena.cli.screen import WHERE_OPTIONS, command_line, number_list, table_console
 from kalena.cli.simulate import EXIT_BAD_INPUT, EXIT_INVARIANT, _check_out, _fail, _policy
 from kalena.data import irina_paths
 from kalena.ir.write import write_files_atomic
@@ -43,24 +43,6 @@ PLOT_FILE = "safety.png"
 SRC_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the kalena package
 DEFAULTS_MODULE = Path("kalena/core/estimators/calibrated.py")
 SHIPPED_RECORD = Path("kalena/sim/params/calibration.json")
-
-
-def _numbers(option: str, text: str, lo: float, lo_open: bool) -> tuple[float, ...]:
-    """A comma-separated list of numbers, each >= lo (> lo if lo_open), else exit 2 naming it."""
-    values = []
-    for part in text.split(","):
-        try:
-            v = float(part)
-        except ValueError:
-            raise _fail([f"{option}: {part.strip()!r} is not a number (value: {text!r})"]) from None
-        if not (v == v and v != float("inf") and (v > lo if lo_open else v >= lo)):
-            raise _fail(
-                [f"{option}: each must be {'>' if lo_open else '>='} {lo:g} (value: {part.strip()!r})"]
-            )
-        values.append(v)
-    if len(set(values)) != len(values):
-        raise _fail([f"{option}: a value is given twice (value: {text!r})"])
-    return tuple(values)
 
 
 def _one(hours: float, seed: int, margin: float, half_life_s: float) -> dict[str, Any]:
@@ -133,8 +115,8 @@ def calibrate(
     ] = SRC_ROOT,
 ) -> None:
     """Sweep margin x half-life over simulated days; plot the safety curve; name (and ship) its knee."""
-    grid_m = _numbers("--margins", margins, 1.0, lo_open=False)
-    grid_h = _numbers("--half-lives", half_lives, 0.0, lo_open=True)
+    grid_m = number_list("--margins", margins, lo=1.0)
+    grid_h = number_list("--half-lives", half_lives, lo=0.0, lo_open=True)
     bad = _check_out(out)
     if bad is None and write_defaults:
         targets = [defaults_root / DEFAULTS_MODULE, defaults_root / SHIPPED_RECORD]

@@ -3,6 +3,7 @@ command line their records name."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -39,6 +40,34 @@ def progress_bar(label: str, quiet: bool = False) -> Progress:
         disable=quiet,
         console=Console(stderr=True),
     )
+
+
+def number_list(
+    option: str,
+    text: str,
+    *,
+    whole: bool = False,
+    lo: float = -math.inf,
+    hi: float = math.inf,
+    lo_open: bool = False,
+) -> tuple[float, ...]:
+    """A comma-separated list of finite numbers (``whole``: integers) within ``lo`` (excluded with
+    ``lo_open``) and ``hi``, none twice, in the order given; else exit 2 naming the option, the
+    rule and the value (every list option of the sweeps)."""
+    values: list[float] = []
+    for part in text.split(","):
+        try:
+            v: float = int(part) if whole else float(part)
+        except ValueError:
+            what = "a whole number" if whole else "a number"
+            raise bad_input([f"{option}: {part.strip()!r} is not {what} (value: {text!r})"]) from None
+        if not (math.isfinite(v) and (v > lo if lo_open else v >= lo) and v <= hi):
+            rule = f"in {lo:g}..{hi:g}" if math.isfinite(hi) else f"{'>' if lo_open else '>='} {lo:g}"
+            raise bad_input([f"{option}: each must be {rule} (value: {part.strip()!r})"])
+        values.append(v)
+    if len(set(values)) != len(values):
+        raise bad_input([f"{option}: a value is given twice (value: {text!r})"])
+    return tuple(values)
 
 
 def bad_input(lines: list[str]) -> typer.Exit:

@@ -8,7 +8,6 @@ input (IR problem lines, a bad point list, an unwritable folder).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,7 +15,7 @@ import typer
 from rich.table import Table
 
 from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
-from kalena.cli.screen import bad_input, command_line, table_console
+from kalena.cli.screen import bad_input, command_line, number_list, table_console
 from kalena.data import irina_paths
 from kalena.ir import IRError
 from kalena.ir.write import write_files_atomic
@@ -35,20 +34,7 @@ def _one(infra: str, workloads: str, x: int, hours: float, seed: int) -> Point:
 
 
 def _points(text: str) -> tuple[int, ...]:
-    out: list[int] = []
-    for part in text.split(","):
-        try:
-            x = int(part)
-        except ValueError:
-            raise bad_input(
-                [f"--points: {part.strip()!r} is not a whole percentage (value: {text!r})"]
-            ) from None
-        if not 1 <= x <= 100:
-            raise bad_input([f"--points: each must be in 1..100 (value: {part.strip()!r})"])
-        out.append(x)
-    if len(set(out)) != len(out):
-        raise bad_input([f"--points: a value is given twice (value: {text!r})"])
-    return tuple(sorted(out))
+    return tuple(sorted(int(x) for x in number_list("--points", text, whole=True, lo=1, hi=100)))
 
 
 @app.command("pareto")
@@ -195,18 +181,7 @@ def _arm_run(
 
 
 def _loads(text: str) -> tuple[float, ...]:
-    out: list[float] = []
-    for part in text.split(","):
-        try:
-            x = float(part)
-        except ValueError:
-            raise bad_input([f"--loads: {part.strip()!r} is not a number (value: {text!r})"]) from None
-        if not (math.isfinite(x) and x > 0):
-            raise bad_input([f"--loads: each must be a finite number > 0 (value: {part.strip()!r})"])
-        out.append(x)
-    if len(set(out)) != len(out):
-        raise bad_input([f"--loads: a value is given twice (value: {text!r})"])
-    return tuple(sorted(out))
+    return tuple(sorted(number_list("--loads", text, lo=0.0, lo_open=True)))
 
 
 @app.command("seeds")
@@ -291,12 +266,10 @@ def seeds(
         raise typer.Exit(EXIT_INVARIANT)
 
 
-def _show_seeds(record: dict[str, Any], out: Path) -> None:
+def seeds_table(summary: dict[str, Any], title: str) -> Table:
+    """The summary of :func:`kalena.sim.arms.summarise` as a table (also ``bench/bench_arms.py``'s)."""
     from kalena.sim.arms import ARMS, interval_text
 
-    con = table_console()
-    where = " without its empty nodes" if record["drop_empty_nodes"] else ""
-    title = f"The arms{where}, {record['hours']:g} h, seeds 0-{record['seeds'] - 1}: mean [95 % interval]"
     table = Table(title=title, title_justify="left")
     for col in (
         "batch load",
@@ -308,7 +281,7 @@ def _show_seeds(record: dict[str, Any], out: Path) -> None:
         "prod. OOM kills",
     ):
         table.add_column(col)
-    for load, s in record["summary"].items():
+    for load, s in summary.items():
         unmet = s["production_unmet_cpu_core_seconds"]
         slow = s["production_interference_cpu_core_seconds"]
         table.add_row(
@@ -320,5 +293,12 @@ def _show_seeds(record: dict[str, Any], out: Path) -> None:
             " / ".join(f"{slow[arm]['mean']:,.0f}" for arm in ARMS),
             " / ".join(str(s["production_oom_kills"][arm]) for arm in ARMS),
         )
-    con.print(table)
+    return table
+
+
+def _show_seeds(record: dict[str, Any], out: Path) -> None:
+    where = " without its empty nodes" if record["drop_empty_nodes"] else ""
+    title = f"The arms{where}, {record['hours']:g} h, seeds 0-{record['seeds'] - 1}: mean [95 % interval]"
+    con = table_console()
+    con.print(seeds_table(record["summary"], title))
     con.print(f"wrote {out / SEEDS_FILE}")
