@@ -1,10 +1,12 @@
 """Cluster compaction on Irina (issue 14): the figures and how long each part takes.
 
-    python bench/bench_compact.py [--trials 11] [--batch-hours 24] [--workers 2] [--json PATH]
+    python bench/bench_compact.py [--trials 11] [--batch-hours 24] [--workers 2] [--validate] [--json PATH]
 
 Runs ``kalena compact`` as a user does (a real subprocess, ``--json``) and, separately, times its
 parts in this process: one pack of production, one pack of production with the checkpoint's batch
-in each arm, and the simulated run the checkpoint comes from. The machine's load is printed.
+in each arm, and the simulated run the checkpoint comes from. With ``--validate`` the command also
+simulates the day on the compacted cluster (its own time is then part of the command's). The
+machine's load is printed.
 """
 
 from __future__ import annotations
@@ -26,12 +28,16 @@ from kalena.sim import SimConfig, Simulation
 from kalena.sim.checkpoint import run_with_checkpoints, worst
 from machine import write_json  # bench/ is on sys.path when a script runs
 
+#: the command's figures the record keeps beside the arms
+KEPT = ("checkpoint", "extra_nodes_without_reclamation", "validation")
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=11)
     ap.add_argument("--batch-hours", type=float, default=24.0)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--validate", action="store_true")
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
     load = os.getloadavg()
@@ -39,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cmd = [sys.executable, "-m", "kalena.cli.main", "compact", "--json", "--trials", str(args.trials)]
     cmd += ["--batch-hours", f"{args.batch_hours:g}", "--workers", str(args.workers)]
+    cmd += ["--validate"] if args.validate else []
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     command_s = time.perf_counter() - t0
@@ -64,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         "command_wall_s": round(command_s, 1),
         "simulation_s": round(sim_s, 1),
         "one_pack_s": {"production": round(pack_s, 2), **arm_s},
-        "figures": {k: figures[k] for k in ("checkpoint", "extra_nodes_without_reclamation") if k in figures},
+        "figures": {
+            k: figures[k]
+            for k in ("checkpoint", "extra_nodes_without_reclamation", "validation")
+            if k in figures
+        },
     }
     for name in ("production", "reclaim_on", "reclaim_off"):
         if name in figures:
