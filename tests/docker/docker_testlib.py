@@ -13,7 +13,7 @@ MIB = 2**20
 
 
 def until(
-    check: Callable[[], bool], bound_s: float = 60.0, every: Callable[[], object] | None = None
+    check: Callable[[], bool], bound_s: float = 180.0, every: Callable[[], object] | None = None
 ) -> bool:
     """``check()`` after each ``every()`` (an agent's round, say) until it holds; the bound stops a
     hung test, it is never a speed assertion."""
