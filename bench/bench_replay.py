@@ -5,7 +5,8 @@
 For each format, the reader alone on the sample (time, peak memory of the process, the figures),
 then ``kalena replay`` as a user runs it (a real subprocess, ``--json --no-plots``): the whole
 Google 2011 window (12,477 machines, about 1.4 h), Alibaba 2018 on 500 machines for the 26 h that
-hold its first batch and container usage, Google 2019's cell a for an hour. The machine's load is
+hold its first batch and container usage, Google 2019's cell a for an hour, Alibaba 2017 on 50
+machines for 2 h (its batch alone: the sample has no container tables). The machine's load is
 printed before and after.
 """
 
@@ -21,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kalena.traces import alibaba2018, google2011, google2019
+from kalena.traces import alibaba2017, alibaba2018, google2011, google2019
 from machine import write_json  # bench/ is on sys.path when a script runs
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
@@ -37,6 +38,13 @@ RUNS = (
         ["--machines", "500", "--hours", "26"],
     ),
     ("google-2019", "google-clusterdata-2019", google2019.read, {"hours": 1.0}, ["--hours", "1"]),
+    (
+        "alibaba-2017",
+        "alibaba-cluster-trace-v2017",
+        alibaba2017.read,
+        {"hours": 2.0},
+        ["--machines", "50", "--hours", "2"],
+    ),
 )
 
 

@@ -36,6 +36,7 @@ def run_kalena(args: list[str], cwd: Path, timeout: float) -> subprocess.Complet
 SAMPLES = [
     ("google-2011", "google-clusterdata-2011-2", ["--machines", "80", "--hours", "0.5"]),
     ("google-2019", "google-clusterdata-2019", ["--machines", "60", "--hours", "0.5"]),
+    ("alibaba-2017", "alibaba-cluster-trace-v2017", ["--machines", "50", "--hours", "2"]),
     ("alibaba-2018", "alibaba-cluster-trace-v2018", ["--machines", "60", "--hours", "26"]),
 ]
 

@@ -1,10 +1,10 @@
 """``kalena replay``: a public cluster trace through the simulator and the real policy core.
 
-Reads a trace folder as released (Google 2011, Google 2019, Alibaba 2018: ``kalena.traces``),
-turns it into Kuberina IR documents with a blueprint by the packer, and simulates the window
-with the trace's own usage and batch arrivals (``kalena.traces.convert``). Writes to ``--out`` the
-three IR documents, ``trace.json`` (the reader's figures and every note on what was normalised
-or left out), ``report.json`` and the plots, as ``kalena simulate`` does.
+Reads a trace folder as released (Google 2011, Google 2019, Alibaba 2017, Alibaba 2018:
+``kalena.traces``), turns it into Kuberina IR documents with a blueprint by the packer, and
+simulates the window with the trace's own usage and batch arrivals (``kalena.traces.convert``).
+Writes to ``--out`` the three IR documents, ``trace.json`` (the reader's figures and every note on
+what was normalised or left out), ``report.json`` and the plots, as ``kalena simulate`` does.
 
 Exit codes: 0 done; 1 the run broke the restoration invariant (its figures are invalid); 2 bad
 input (a trace file that cannot be read: file, line, column and value), a bad option or an
@@ -35,6 +35,7 @@ TRACE_FILE = "trace.json"
 class Format(StrEnum):
     google_2011 = "google-2011"
     google_2019 = "google-2019"
+    alibaba_2017 = "alibaba-2017"
     alibaba_2018 = "alibaba-2018"
 
 
@@ -53,6 +54,8 @@ def read_trace(
         from kalena.traces import google2011 as reader
     elif fmt is Format.google_2019:
         from kalena.traces import google2019 as reader  # type: ignore[no-redef]
+    elif fmt is Format.alibaba_2017:
+        from kalena.traces import alibaba2017 as reader  # type: ignore[no-redef]
     else:
         from kalena.traces import alibaba2018 as reader  # type: ignore[no-redef]
     scale = reader.DEFAULT_SCALE
@@ -131,7 +134,7 @@ def replay_command(
     ] = False,
     plots: Annotated[bool, typer.Option(metavar="", help="Write the PNG plots.")] = True,
 ) -> None:
-    """Replay a public cluster trace (Google 2011/2019, Alibaba 2018) through the policy core."""
+    """Replay a public cluster trace (Google 2011/2019, Alibaba 2017/2018) through the policy core."""
     from kalena.sim import SimConfig, build_report, compare_reports
     from kalena.sim.batch import recorded
     from kalena.sim.recorded import Samples
@@ -152,10 +155,10 @@ def replay_command(
         trace = read_trace(
             fmt, root, machines=machines, hours=hours, cores=cores_per_unit, gib=gib_per_unit, cell=cell
         )
-        if trace.horizon_s <= 0 or not len(trace.machines):
-            raise TraceError(
-                f"{root}: nothing to replay (machines {len(trace.machines)}, {trace.horizon_s:g} s)"
-            )
+        if not len(trace.machines):
+            raise TraceError(f"{root}: no machine to replay ({'; '.join(trace.notes)})")
+        if trace.horizon_s <= 0:  # derived data whose every time is before the window, say
+            raise TraceError(f"{root}: the data spans no time after the window's start; give --hours")
         inputs = replay(trace, file_stem=fmt.value)
     except TraceError as e:
         raise bad_input([str(e)]) from None

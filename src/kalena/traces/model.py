@@ -1,14 +1,15 @@
 """What every trace reader returns: one :class:`Trace`, in Kalena's units, ready to replay.
 
-A trace reader (``kalena.traces.google2011``, ``google2019``, ``alibaba2018``) streams a public
-cluster trace's tables and keeps only what a replay needs, converted to Kalena's units:
+A trace reader (``kalena.traces.google2011``, ``google2019``, ``alibaba2017``, ``alibaba2018``)
+streams a public cluster trace's tables and keeps only what a replay needs, converted to Kalena's
+units:
 
 * **seconds** from the start of the replayed window (each trace's own clock shifted so the window
   starts at 0; "before the window" sentinels become 0, "after the window" ones ``inf``);
 * **cores** and **GiB** (a normalised trace is multiplied by :class:`Scale`: the cores and GiB of
   the trace's largest machine, an assumption the caller states, since the traces do not);
 * **tiers**: production or batch, by each trace's own rule (Google 2011: priority 9-11; Google 2019:
-  priority >= 120; Alibaba 2018: online containers vs. batch tasks).
+  priority >= 120; Alibaba: online containers vs. batch tasks).
 
 Tables are columns (NumPy arrays of one length each), never a Python object per row: a trace has
 millions of rows. ``notes`` says, in a sentence each, every normalisation applied and every row
@@ -100,7 +101,7 @@ class Usage:
 class Trace:
     """A trace window, read: machines, tasks, their usage, and how it was read."""
 
-    source: str  # "google-2011", "google-2019", "alibaba-2018"
+    source: str  # "google-2011", "google-2019", "alibaba-2017", "alibaba-2018"
     horizon_s: float  # the window's length (seconds of data after 0)
     machines: Machines
     tasks: Tasks
