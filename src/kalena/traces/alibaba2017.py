@@ -112,25 +112,33 @@ are found by table name (``batch_task.csv``, ``batch_task.csv.gz``, excerpts as
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from kalena.traces.files import csv_rows, find, number
-from kalena.traces.model import (
-    Machines,
-    Scale,
-    Tasks,
-    Trace,
-    TraceError,
-    Usage,
-    keeps_unplaced,
-    pick_machines,
+from kalena.traces.alibaba import (
+    ENDED,
+    Plan,
+    Row,
+    Samples,
+    add_sample,
+    assemble,
+    batch_task_paths,
+    checked,
+    container_row,
+    container_samples,
+    instance_rows,
+    left_out,
+    optional,
+    pick,
+    plan_request,
+    ran,
+    read_plans,
 )
+from kalena.traces.files import csv_rows, find, number
+from kalena.traces.model import Scale, Trace, TraceError, keeps_unplaced
 
 SOURCE = "alibaba-2017"
 #: The largest machine's memory in MiB (inferred from the sample: module docstring).
@@ -149,22 +157,10 @@ CONTAINER_USAGE_COLUMNS = 12
 
 ADD, SOFTERROR, HARDERROR = "add", "softerror", "harderror"
 CREATE, REMOVE = "Create", "Remove"
-#: batch_task statuses whose end time is an end (the others are still running or never ran).
-ENDED = frozenset(("Terminated", "Failed"))
 #: batch_instance statuses of a try that ended (Interrupted: a backup instance that stopped).
 TRY_ENDED = frozenset(("Terminated", "Failed", "Interrupted"))
 #: batch_instance statuses of a try that never ran (every time 0).
 NOT_RUN = frozenset(("Ready", "Waiting"))
-
-
-def _optional(root: Path, pattern: str) -> list[Path]:
-    return sorted(p for p in root.glob(pattern) if p.is_file())
-
-
-def _natural(name: str) -> tuple[str, int, str]:
-    """2 before 10 (ids are numbers)."""
-    m = re.fullmatch(r"(.*?)(\d+)", name)
-    return (m.group(1), int(m.group(2)), "") if m else (name, -1, name)
 
 
 def _normalised(x: float) -> bool:
@@ -250,63 +246,6 @@ def _read_machines(
     return {m: (cpu, ram) for m, (_t, cpu, ram) in added.items() if m not in broken}
 
 
-# ------------------------------------------------------------------------------------------- rows
-
-
-@dataclass
-class _Row:
-    """A kept task before the arrays are built (a batch_task row stands for ``count`` tasks)."""
-
-    id: str
-    job: str
-    production: bool
-    cpu: float
-    ram: float
-    submit: float
-    duration: float
-    machine: int
-    count: int = 1  # tasks it stands for
-    expand: bool = False  # ids <id>-<i>, i < count (a batch_task row); else ``id`` is the task's
-
-
-def _tasks(rows: Iterable[_Row]) -> Tasks:
-    rows = list(rows)
-    count = np.array([r.count for r in rows], dtype=np.int64)
-
-    def col(values: list[float] | list[int] | list[bool], dtype: type) -> np.ndarray:
-        return np.repeat(np.array(values, dtype=dtype), count)
-
-    ids: list[str] = []
-    jobs: list[str] = []
-    suffix = [f"-{i}" for i in range(max((r.count for r in rows if r.expand), default=0))]
-    for r in rows:
-        if r.expand:
-            ids.extend([r.id + s for s in suffix[: r.count]])  # (millions: faster than formatting each)
-            jobs.extend([r.job] * r.count)  # one str object, repeated
-        else:
-            ids.append(r.id)
-            jobs.append(r.job)
-    n = len(ids)
-    return Tasks(
-        ids=tuple(ids),
-        job=tuple(jobs),
-        production=col([r.production for r in rows], bool),
-        priority=np.zeros(n, dtype=np.int64),
-        cpu=col([r.cpu for r in rows], float),
-        ram=col([r.ram for r in rows], float),
-        submit=col([r.submit for r in rows], float),
-        duration=col([r.duration for r in rows], float),
-        machine=col([r.machine for r in rows], np.int64),
-    )
-
-
-def _ran(ended: bool, submit: float, end: float, horizon: float) -> float:
-    """How long it ran from ``submit`` when the trace saw it end inside the window, else ``nan``."""
-    if ended and end > 0 and end >= submit and end < horizon:
-        return end - submit
-    return math.nan
-
-
 # -------------------------------------------------------------------------------------- containers
 
 
@@ -324,7 +263,7 @@ def _read_containers(
     root: Path, scale: Scale, horizon: float, kept: dict[str, bool], notes: list[str]
 ) -> tuple[dict[str, _Container], set[str]]:
     """The kept containers' events, and the id of every container container_event names."""
-    paths = _optional(root, "container_event*.csv*")
+    paths = optional(root, "container_event*.csv*")
     out: dict[str, _Container] = {}
     seen: set[str] = set()
     removes: dict[str, list[float]] = {}  # of kept containers, whenever their Create comes
@@ -409,20 +348,19 @@ def _read_containers(
 
 def _container_rows(
     containers: dict[str, _Container], index: dict[str, int], biggest: tuple[float, float]
-) -> tuple[list[_Row], int]:
-    rows: list[_Row] = []
+) -> tuple[list[Row], int]:
+    rows: list[Row] = []
     too_big = 0
     for cid, c in containers.items():
         if c.cpu > biggest[0] or c.ram > biggest[1]:
             too_big += 1
             continue
-        submit, last = min(c.creates), max(c.creates)
-        after = [s for s in c.removes if s > last]
-        duration = min(after) - submit if after else math.nan
-        rows.append(_Row(cid, cid, True, c.cpu, c.ram, submit, duration, index[c.machine]))
+        rows.append(container_row(cid, cid, index[c.machine], c.cpu, c.ram, c.creates, c.removes))
     return rows, too_big
 
 
+# Not shared with v2018: other columns, a time at or before 0 is before the period (v2018: 0 is the
+# sentinel), and a sample spans the fixed interval (v2018: the irregular gap to the next).
 def _read_container_usage(
     root: Path,
     horizon: float,
@@ -432,7 +370,7 @@ def _read_container_usage(
     notes: list[str],
 ) -> tuple[np.ndarray, ...]:
     """The kept containers' samples: task, t, span, cpu (cores), ram (GiB), sorted by (task, t)."""
-    paths = _optional(root, "container_usage*.csv*")
+    paths = optional(root, "container_usage*.csv*")
     task: list[int] = []
     ts: list[float] = []
     cpu: list[float] = []
@@ -485,35 +423,29 @@ def _read_container_usage(
         notes.append(f"{missing} container_usage rows with an empty cpu or memory utilisation were skipped")
     if invalid:
         notes.append(f"{invalid} container_usage rows with a utilisation outside 0-100 were skipped")
-    k = np.array(task, dtype=np.int64)
-    t = np.array(ts, dtype=float)
-    order = np.lexsort((t, k))
-    k, t, c, r = k[order], t[order], np.array(cpu)[order], np.array(ram)[order]
-    dup = np.r_[(k[1:] == k[:-1]) & (t[1:] == t[:-1]), False]  # keep the last of equal times
-    if dup.any():
-        notes.append(f"{int(dup.sum())} container_usage rows repeating a container's ts were skipped")
-        keep = ~dup
-        k, t, c, r = k[keep], t[keep], c[keep], r[keep]
-    span = np.full(len(t), USAGE_SPAN_S)
-    if windowed:
-        span = np.minimum(span, horizon - t)
+    samples = container_samples(task, ts, cpu, ram, _span, horizon, windowed, notes, time="ts")
     if paths:
         notes.append(
             "container usage: cpu_util and mem_util are percentages of the container's request; a sample "
             f"spans {USAGE_SPAN_S:g} s (the trace measures every 60 s)"
         )
-    return k, t, span, c, r
+    return samples
+
+
+def _span(task: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Each sample's span: the measuring interval (samples tile time; v2018 spans the gaps instead,
+    its sampling being irregular)."""
+    return np.full(len(t), USAGE_SPAN_S)
 
 
 # ------------------------------------------------------------------------------------------- batch
 
 
-_INVALID = (math.nan, math.nan)
-
-
-def _plan(path: Path, line: int, row: list[str], scale: Scale) -> tuple[float, float] | None:
+# The parsing stays here (the conversion is shared): other columns than v2018's, and a plan_cpu that is
+# not whole is refused (module docstring).
+def _plan(path: Path, line: int, row: list[str], scale: Scale) -> Plan | None:
     """A batch_task row's request per instance (cores, GiB): ``None`` when its plan is empty,
-    :data:`_INVALID` (nan) when it is negative or its memory outside 0-1."""
+    :data:`~kalena.traces.alibaba.INVALID` (nan) when it is negative or its memory outside 0-1."""
     if row[6] == "" or row[7] == "":
         return None
     cpu = number(path, line, "plan_cpu", row[6])
@@ -523,11 +455,11 @@ def _plan(path: Path, line: int, row: list[str], scale: Scale) -> tuple[float, f
             "release's unit, 1/100 of a cpu, and a fraction would be another (a copy in cpus?)"
         )
     mem = number(path, line, "plan_mem", row[7])
-    if cpu < 0 or not _normalised(mem):
-        return _INVALID
-    return cpu / 100.0 * scale.cores, mem * scale.gib
+    return plan_request(cpu, mem, scale, full=1.0)
 
 
+# Not shared with v2018: a create time at or before 0 arrives at 0 and runs from there (v2018: a
+# start of 0 is unknown, so is the duration), a task that ended by 0 is gone, and the columns differ.
 def _read_batch_tasks(
     paths: list[Path],
     scale: Scale,
@@ -535,9 +467,10 @@ def _read_batch_tasks(
     share: float,
     biggest: tuple[float, float],
     notes: list[str],
-) -> tuple[list[_Row], int]:
-    """batch_task rows as tasks (each row one :class:`_Row` of ``count`` instances)."""
-    rows: list[_Row] = []
+) -> tuple[list[Row], int]:
+    """batch_task rows as tasks (each row one :class:`~kalena.traces.alibaba.Row` of ``count``
+    instances)."""
+    rows: list[Row] = []
     no_ids = no_instances = later = gone = early = 0
     no_plan = waiting = no_plan_n = invalid = invalid_n = too_big_n = 0
     for path in paths:
@@ -577,8 +510,8 @@ def _read_batch_tasks(
             early += create <= 0
             submit = max(create, 0.0)
             name = f"{job}-{task}"
-            duration = _ran(ended, submit, end, horizon)
-            rows.append(_Row(name, name, False, plan[0], plan[1], submit, duration, -1, count, expand=True))
+            duration = ran(ended, submit, end, horizon)
+            rows.append(Row(name, name, False, plan[0], plan[1], submit, duration, -1, count, expand=True))
     if no_ids:
         notes.append(f"{no_ids} batch_task rows with an empty job or task id were left out")
     if no_instances:
@@ -617,11 +550,10 @@ class _Tries:
     duration: list[float] = field(default_factory=list)
     machine: list[str] = field(default_factory=list)
     # usage samples: try slot, t, span, cpu, ram
-    usage: tuple[list[int], list[float], list[float], list[float], list[float]] = field(
-        default_factory=lambda: ([], [], [], [], [])
-    )
+    usage: Samples = field(default_factory=lambda: ([], [], [], [], []))
 
 
+# Not shared with v2018: a row is one try with no instance id (v2018 folds attempts into instances).
 def _read_batch_instances(
     paths: list[Path],
     scale: Scale,
@@ -651,15 +583,10 @@ def _read_batch_instances(
                 later += 1
                 continue
             machine = row[4]
-            if machine:
-                where = kept.get(machine)
-                if where is None:
-                    unknown += 1
-                    continue
-                if not where:
-                    elsewhere += 1
-                    continue
-            elif not keeps_unplaced(job, share):
+            why = left_out(machine, job, kept, share)
+            if why:
+                unknown += why == "unknown"
+                elsewhere += why == "elsewhere"
                 continue
             end = number(path, line, "end_timestamp", row[1], empty=0.0)
             submit = max(start, 0.0)
@@ -667,22 +594,13 @@ def _read_batch_instances(
             out.key.append(key)
             out.k.append(k)
             out.submit.append(submit)
-            out.duration.append(_ran(status in TRY_ENDED, submit, end, horizon))
+            out.duration.append(ran(status in TRY_ENDED, submit, end, horizon))
             out.machine.append(machine)
             cpu = number(path, line, "real_cpu_avg", row[9], empty=math.nan)
             mem = number(path, line, "real_mem_avg", row[11], empty=math.nan)
-            if math.isnan(cpu) or math.isnan(mem) or start <= 0 or end <= start:
-                no_usage += 1
-                continue
-            if cpu < 0 or not _normalised(mem):
-                invalid += 1
-                continue
-            u_slot, u_t, u_span, u_cpu, u_ram = out.usage
-            u_slot.append(slot)
-            u_t.append(start)
-            u_span.append(min(end, horizon) - start)
-            u_cpu.append(cpu * scale.cores)
-            u_ram.append(mem * scale.gib)
+            why = add_sample(out.usage, slot, start, end, cpu, mem, horizon, scale, per_cpu=1.0, full=1.0)
+            no_usage += why == "no usage"
+            invalid += why == "invalid"
     if no_ids:
         notes.append(
             f"{no_ids} batch_instance rows with an empty job or task id (a known issue of the release) "
@@ -725,47 +643,21 @@ def _instance_rows(
     index: dict[str, int],
     biggest: tuple[float, float],
     notes: list[str],
-) -> tuple[list[_Row], int, tuple[np.ndarray, ...]]:
+) -> tuple[list[Row], int, tuple[np.ndarray, ...]]:
     """batch_instance rows as tasks, with their usage (slots: position in the returned rows)."""
-    task_paths = _optional(root, "batch_task*.csv*")
-    if not task_paths:
-        raise TraceError(f"{root}: batch_instance needs batch_task (the requests are there), found none")
+    task_paths = batch_task_paths(root)
     tries = _read_batch_instances(paths, scale, horizon, share, kept, notes)
-    wanted = set(tries.key)
-    plans: dict[tuple[str, str], tuple[float, float] | None] = {}
-    for path in task_paths:  # only the plans of kept tries' tasks are held
-        for line, row in csv_rows(path, BATCH_TASK_COLUMNS):
-            key = (row[2], row[3])
-            if key in wanted:
-                plans[key] = _plan(path, line, row, scale)
-    rows: list[_Row] = []
-    row_of = np.full(len(tries.key), -1, dtype=np.int64)
-    no_plan = invalid = too_big = 0
-    for n, key in enumerate(tries.key):
-        plan = plans.get(key)
-        if plan is None:
-            no_plan += 1
-            continue
-        if math.isnan(plan[0]):
-            invalid += 1
-            continue
-        if plan[0] > biggest[0] or plan[1] > biggest[1]:
-            too_big += 1
-            continue
-        job = f"{key[0]}-{key[1]}"
+    plans = read_plans(
+        task_paths, BATCH_TASK_COLUMNS, (2, 3), set(tries.key), lambda p, n, r: _plan(p, n, r, scale)
+    )
+
+    def row(n: int, plan: Plan) -> Row:
+        job = f"{tries.key[n][0]}-{tries.key[n][1]}"
         machine = index[tries.machine[n]] if tries.machine[n] else -1
-        row_of[n] = len(rows)
-        rows.append(
-            _Row(f"{job}-{tries.k[n]}", job, False, *plan, tries.submit[n], tries.duration[n], machine)
-        )
-    if no_plan:
-        notes.append(f"{no_plan} batch tries whose task has no plan in batch_task were left out")
-    if invalid:
-        notes.append(f"{invalid} batch tries whose task's plan is invalid were left out")
-    k = row_of[np.array(tries.usage[0], dtype=np.int64)]
-    keep = k >= 0
-    usage = (k[keep], *(np.array(c, dtype=float)[keep] for c in tries.usage[1:]))
-    return rows, too_big, usage
+        return Row(f"{job}-{tries.k[n]}", job, False, *plan, tries.submit[n], tries.duration[n], machine)
+
+    slots = range(len(tries.key))
+    return instance_rows(slots, tries.key.__getitem__, row, plans, biggest, tries.usage, "tries", notes)
 
 
 # -------------------------------------------------------------------------------------------- read
@@ -781,17 +673,9 @@ def read(
     """Read the trace folder ``root`` (server_event plus batch_task and/or container_event;
     optional batch_instance, container_usage; plain or .gz, as released or excerpted) for
     ``[0, hours)`` (default: to the data's end), on at most ``machines`` machines (default: all)."""
-    root = Path(root)
-    if not root.is_dir():
-        raise TraceError(
-            f"{root}: not a folder (the trace as released: server_event.csv, batch_task.csv, ...)"
-        )
-    if hours is not None and not hours > 0:
-        raise TraceError(f"hours must be positive, got {hours}")
-    if machines is not None and machines < 0:
-        raise TraceError(f"machines must be at least 0, got {machines}")
-    task_paths = _optional(root, "batch_task*.csv*")
-    if not task_paths and not _optional(root, "container_event*.csv*"):
+    root = checked(root, hours, machines, tables="server_event.csv, batch_task.csv")
+    task_paths = optional(root, "batch_task*.csv*")
+    if not task_paths and not optional(root, "container_event*.csv*"):
         raise TraceError(f"{root}: neither a batch_task nor a container_event file: no tasks to replay")
     windowed = hours is not None
     horizon = hours * 3600.0 if hours is not None else math.inf
@@ -804,20 +688,8 @@ def read(
         "server_usage is not read (per machine, not per task)",
     ]
     found = _read_machines(root, scale, horizon, notes)
-    names = sorted(found, key=_natural)
-    keep = pick_machines(names, machines)
-    kept = dict(zip(names, keep.tolist(), strict=True))
-    kept_names = [n for n, k in zip(names, keep, strict=True) if k]
-    index = {n: i for i, n in enumerate(kept_names)}
-    share = len(kept_names) / max(len(names), 1)
-    m_cpu = np.array([found[n][0] for n in kept_names], dtype=float)
-    m_ram = np.array([found[n][1] for n in kept_names], dtype=float)
-    biggest = (float(m_cpu.max()), float(m_ram.max())) if len(kept_names) else (0.0, 0.0)
-    if machines is not None and len(kept_names) < len(names):
-        notes.append(
-            f"{len(kept_names)} of {len(names)} machines kept (stable hash): containers and tries where the "
-            f"trace ran them, unplaced batch tasks by their job's hash ({share:.2%})"
-        )
+    picked = pick(found, machines, "tries", notes)
+    kept, index, share, biggest = picked.kept, picked.index, picked.share, picked.biggest
 
     containers, seen = _read_containers(root, scale, horizon, kept, notes)
     rows, too_big = _container_rows(containers, index, biggest)
@@ -826,40 +698,14 @@ def read(
     c_usage = _read_container_usage(root, horizon, windowed, task_of, seen, notes)
     del task_of, seen
 
-    base = len(rows)
-    instance_paths = _optional(root, "batch_instance*.csv*")
+    instance_paths = optional(root, "batch_instance*.csv*")
+    b_usage: tuple[np.ndarray, ...] | None = None
     if instance_paths:
         batch, big, b_usage = _instance_rows(
             root, instance_paths, scale, horizon, share, kept, index, biggest, notes
         )
-        b_usage = (b_usage[0] + base, *b_usage[1:])
     else:
         batch, big = _read_batch_tasks(task_paths, scale, horizon, share, biggest, notes)
-        b_usage = (np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)))
-    too_big += big
-    if too_big:
-        notes.append(f"{too_big} tasks asking for more than the largest kept machine were left out")
-    rows.extend(batch)
-    del batch
-    tasks = _tasks(rows)
-    del rows
-
-    task, t, span, cpu, ram = (np.concatenate([a, b]) for a, b in zip(c_usage, b_usage, strict=True))
-    order = np.lexsort((t, task))
-    usage = Usage(
-        task=task[order].astype(np.int64), t=t[order], span=span[order], cpu=cpu[order], ram=ram[order]
-    )
-    if not windowed:
-        ends = tasks.submit + np.nan_to_num(tasks.duration, nan=0.0)
-        horizon = max(
-            float(ends.max()) if len(tasks) else 0.0,
-            float((usage.t + usage.span).max()) if len(usage) else 0.0,
-        )
-    return Trace(
-        source=SOURCE,
-        horizon_s=horizon,
-        machines=Machines(tuple(kept_names), m_cpu, m_ram),
-        tasks=tasks,
-        usage=usage,
-        notes=tuple(notes),
+    return assemble(
+        SOURCE, horizon, windowed, picked.machines, rows, batch, too_big + big, c_usage, b_usage, notes
     )

@@ -83,24 +83,32 @@ are found by table name (``batch_task.csv``, ``batch_task.csv.gz``, excerpts as
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from kalena.traces.files import csv_rows, find, number
-from kalena.traces.model import (
-    Machines,
-    Scale,
-    Tasks,
-    Trace,
-    TraceError,
-    Usage,
-    keeps_unplaced,
-    pick_machines,
+from kalena.traces.alibaba import (
+    ENDED,
+    Plan,
+    Row,
+    Samples,
+    add_sample,
+    assemble,
+    batch_task_paths,
+    checked,
+    container_row,
+    container_samples,
+    instance_rows,
+    left_out,
+    optional,
+    pick,
+    plan_request,
+    ran,
+    read_plans,
 )
+from kalena.traces.files import csv_rows, find, number
+from kalena.traces.model import Scale, Trace, TraceError, keeps_unplaced
 
 SOURCE = "alibaba-2018"
 #: 1 core per core (the trace's cores are real); 100 % of memory taken as 512 GiB (an assumption).
@@ -116,18 +124,6 @@ BATCH_INSTANCE_COLUMNS = 14
 
 RUNNING = frozenset(("started", "allocated"))
 STOPPED = "stopped"
-#: Batch statuses whose end time is an end (the others are still running or never ran).
-ENDED = frozenset(("Terminated", "Failed"))
-
-
-def _optional(root: Path, pattern: str) -> list[Path]:
-    return sorted(p for p in root.glob(pattern) if p.is_file())
-
-
-def _natural(name: str) -> tuple[str, int, str]:
-    """m_2 before m_10 (the release sorts ids as strings)."""
-    m = re.fullmatch(r"(.*?)(\d+)", name)
-    return (m.group(1), int(m.group(2)), "") if m else (name, -1, name)
 
 
 def _valid_share(x: float) -> bool:
@@ -192,27 +188,11 @@ class _Container:
     stops: list[float] = field(default_factory=list)  # times of stopped records
 
 
-@dataclass
-class _Row:
-    """A kept task before the arrays are built (a batch_task row stands for ``count`` tasks)."""
-
-    id: str
-    job: str
-    production: bool
-    cpu: float
-    ram: float
-    submit: float
-    duration: float
-    machine: int
-    count: int = 1  # tasks it stands for
-    expand: bool = False  # ids <id>-<i>, i < count (a batch_task row); else ``id`` is the task's
-
-
 def _read_containers(
     root: Path, scale: Scale, horizon: float, kept: dict[str, bool], notes: list[str]
 ) -> tuple[dict[str, _Container], set[str]]:
     """The kept containers' records, and the id of every container container_meta names."""
-    paths = _optional(root, "container_meta*.csv*")
+    paths = optional(root, "container_meta*.csv*")
     out: dict[str, _Container] = {}
     seen: set[str] = set()
     empty = invalid = unknown_status = 0
@@ -278,8 +258,8 @@ def _read_containers(
 
 def _container_rows(
     containers: dict[str, _Container], index: dict[str, int], biggest: tuple[float, float], notes: list[str]
-) -> tuple[list[_Row], int]:
-    rows: list[_Row] = []
+) -> tuple[list[Row], int]:
+    rows: list[Row] = []
     never = too_big = 0
     for cid, c in containers.items():
         if not c.runs:
@@ -288,10 +268,7 @@ def _container_rows(
         if c.cpu > biggest[0] or c.ram > biggest[1]:
             too_big += 1
             continue
-        submit, last_run = min(c.runs), max(c.runs)
-        after = [s for s in c.stops if s > last_run]
-        duration = min(after) - submit if after else math.nan
-        rows.append(_Row(cid, c.app, True, c.cpu, c.ram, submit, duration, index[c.machine]))
+        rows.append(container_row(cid, c.app, index[c.machine], c.cpu, c.ram, c.runs, c.stops))
     if never:
         notes.append(f"{never} containers never started nor allocated in the window were left out")
     notes.append(
@@ -322,6 +299,8 @@ def _spans(task: np.ndarray, t: np.ndarray) -> np.ndarray:
     return span
 
 
+# Not shared with v2017: other columns, 0 is the sentinel (v2017: at or before 0), and a sample spans
+# the gap to the next (v2017 measures at a fixed interval).
 def _read_container_usage(
     root: Path,
     horizon: float,
@@ -331,7 +310,7 @@ def _read_container_usage(
     notes: list[str],
 ) -> tuple[np.ndarray, ...]:
     """The kept containers' samples: task, t, span, cpu (cores), ram (GiB), sorted by (task, t)."""
-    paths = _optional(root, "container_usage*.csv*")
+    paths = optional(root, "container_usage*.csv*")
     task: list[int] = []
     ts: list[float] = []
     cpu: list[float] = []
@@ -390,52 +369,37 @@ def _read_container_usage(
         notes.append(
             f"{invalid} container_usage rows with a utilisation outside 0-100 (-1/101: invalid) were skipped"
         )
-    k = np.array(task, dtype=np.int64)
-    t = np.array(ts, dtype=float)
-    order = np.lexsort((t, k))
-    k, t, c, r = k[order], t[order], np.array(cpu)[order], np.array(ram)[order]
-    dup = np.r_[(k[1:] == k[:-1]) & (t[1:] == t[:-1]), False]  # keep the last of equal times
-    if dup.any():
-        notes.append(f"{int(dup.sum())} container_usage rows repeating a container's time were skipped")
-        keep = ~dup
-        k, t, c, r = k[keep], t[keep], c[keep], r[keep]
-    span = _spans(k, t)
-    if windowed:
-        span = np.minimum(span, horizon - t)
+    samples = container_samples(task, ts, cpu, ram, _spans, horizon, windowed, notes, time="time")
     if len(paths):
         notes.append(
             f"container usage: cpu_util_percent and mem_util_percent are percentages of the container's "
             f"request; a sample spans the gap to the next (at most {MAX_SPAN_S:g} s), the last the "
             "container's median gap"
         )
-    return k, t, span, c, r
+    return samples
 
 
 # ------------------------------------------------------------------------------------------- batch
 
 
-_INVALID = (math.nan, math.nan)
-
-
-def _plan(path: Path, line: int, row: list[str], scale: Scale) -> tuple[float, float] | None:
-    """A batch_task row's request (cores, GiB): ``None`` when its plan is empty, :data:`_INVALID`
-    (nan) when it is negative or its memory outside 0-100."""
+def _plan(path: Path, line: int, row: list[str], scale: Scale) -> Plan | None:
+    """A batch_task row's request (cores, GiB): ``None`` when its plan is empty,
+    :data:`~kalena.traces.alibaba.INVALID` (nan) when it is negative or its memory outside 0-100."""
     if row[7] == "" or row[8] == "":
         return None
     cpu = number(path, line, "plan_cpu", row[7])
     mem = number(path, line, "plan_mem", row[8])
-    if cpu < 0 or not _valid_share(mem):
-        return _INVALID
-    return cpu / 100.0 * scale.cores, mem / 100.0 * scale.gib
+    return plan_request(cpu, mem, scale, full=100.0)
 
 
 def _ended(status: str, start: float, end: float, horizon: float) -> float:
-    """The run's length when the trace saw it end inside the window, else ``nan`` (censored)."""
-    if status in ENDED and start > 0 and end > 0 and end >= start and end < horizon:
-        return end - start
-    return math.nan
+    """The run's length when the trace saw it end inside the window, else ``nan`` (censored); a
+    start of 0 is the sentinel (before the 8 days), so the length is not known."""
+    return ran(status in ENDED and start > 0, start, end, horizon)
 
 
+# Not shared with v2017: a start of 0 is unknown here (v2017: created before the period, so it arrives
+# at 0 and runs from there), and the columns differ.
 def _read_batch_tasks(
     root: Path,
     scale: Scale,
@@ -443,10 +407,11 @@ def _read_batch_tasks(
     share: float,
     biggest: tuple[float, float],
     notes: list[str],
-) -> tuple[list[_Row], int]:
-    """batch_task rows as tasks (each row one :class:`_Row` of ``count`` instances)."""
-    paths = _optional(root, "batch_task*.csv*")
-    rows: list[_Row] = []
+) -> tuple[list[Row], int]:
+    """batch_task rows as tasks (each row one :class:`~kalena.traces.alibaba.Row` of ``count``
+    instances)."""
+    paths = optional(root, "batch_task*.csv*")
+    rows: list[Row] = []
     no_count = no_plan = invalid = later = sentinel = 0
     no_plan_n = invalid_n = too_big_n = 0
     for path in paths:
@@ -482,7 +447,7 @@ def _read_batch_tasks(
             sentinel += start == 0
             job = f"{row[2]}-{row[0]}"
             duration = _ended(row[4], start, end, horizon)
-            rows.append(_Row(job, job, False, plan[0], plan[1], start, duration, -1, count, expand=True))
+            rows.append(Row(job, job, False, plan[0], plan[1], start, duration, -1, count, expand=True))
     if no_count:
         notes.append(f"{no_count} batch_task rows with an empty instance_num (Waiting) were left out")
     if no_plan:
@@ -519,6 +484,7 @@ class _Instance:
     end: float  # its last attempt's end
 
 
+# Not shared with v2017: its rows have no instance id, so they cannot be folded into instances.
 def _read_batch_instances(
     root: Path,
     paths: list[Path],
@@ -527,13 +493,11 @@ def _read_batch_instances(
     share: float,
     kept: dict[str, bool],
     notes: list[str],
-) -> tuple[
-    dict[tuple[str, str, str], _Instance], list[int], list[float], list[float], list[float], list[float]
-]:
+) -> tuple[dict[tuple[str, str, str], _Instance], Samples]:
     """The kept instances (folded over attempts) and their samples (instance slot, t, span, cpu, ram)."""
     out: dict[tuple[str, str, str], _Instance] = {}
     slot: dict[tuple[str, str, str], int] = {}
-    cols: tuple[list[int], list[float], list[float], list[float], list[float]] = ([], [], [], [], [])
+    samples: Samples = ([], [], [], [], [])
     empty = later = elsewhere = unknown = no_usage = invalid = 0
     for path in paths:
         for line, row in csv_rows(path, BATCH_INSTANCE_COLUMNS):
@@ -545,15 +509,10 @@ def _read_batch_instances(
                 later += 1
                 continue
             machine = row[7]
-            if machine:
-                where = kept.get(machine)
-                if where is None:
-                    unknown += 1
-                    continue
-                if not where:
-                    elsewhere += 1
-                    continue
-            elif not keeps_unplaced(row[2], share):
+            why = left_out(machine, row[2], kept, share)
+            if why:
+                unknown += why == "unknown"
+                elsewhere += why == "elsewhere"
                 continue
             end = number(path, line, "end_time", row[6])
             seq = number(path, line, "seq_no", row[8], empty=0.0)
@@ -568,17 +527,11 @@ def _read_batch_instances(
                     inst.machine, inst.seq, inst.status, inst.end = machine, seq, row[4], end
             cpu = number(path, line, "cpu_avg", row[10], empty=math.nan)
             mem = number(path, line, "mem_avg", row[12], empty=math.nan)
-            if math.isnan(cpu) or math.isnan(mem) or start <= 0 or end <= start:
-                no_usage += 1
-                continue
-            if cpu < 0 or not _valid_share(mem):
-                invalid += 1
-                continue
-            cols[0].append(slot[key])
-            cols[1].append(start)
-            cols[2].append(min(end, horizon) - start)
-            cols[3].append(cpu / 100.0 * scale.cores)
-            cols[4].append(mem / 100.0 * scale.gib)
+            why = add_sample(
+                samples, slot[key], start, end, cpu, mem, horizon, scale, per_cpu=100.0, full=100.0
+            )
+            no_usage += why == "no usage"
+            invalid += why == "invalid"
     if empty:
         notes.append(f"{empty} batch_instance rows with an empty instance, task or job name were skipped")
     if later:
@@ -601,7 +554,7 @@ def _read_batch_instances(
         "its last attempt's machine, ending with it (Terminated or Failed, else censored); request from "
         "batch_task; usage cpu_avg/100 cores and mem_avg % of the largest machine over each attempt"
     )
-    return out, *cols
+    return out, samples
 
 
 def _instance_rows(
@@ -614,80 +567,28 @@ def _instance_rows(
     index: dict[str, int],
     biggest: tuple[float, float],
     notes: list[str],
-) -> tuple[list[_Row], int, tuple[np.ndarray, ...]]:
+) -> tuple[list[Row], int, tuple[np.ndarray, ...]]:
     """batch_instance rows as tasks, with their usage (slots: position in the returned rows)."""
-    tasks = _optional(root, "batch_task*.csv*")
-    if not tasks:
-        raise TraceError(f"{root}: batch_instance needs batch_task (the requests are there), found none")
-    instances, *cols = _read_batch_instances(root, paths, scale, horizon, share, kept, notes)
+    task_paths = batch_task_paths(root)
+    instances, samples = _read_batch_instances(root, paths, scale, horizon, share, kept, notes)
     wanted = {(i.job_name, key[1]) for key, i in instances.items()}
-    plans: dict[tuple[str, str], tuple[float, float] | None] = {}
-    for path in tasks:  # only the plans of kept instances' tasks are held
-        for line, row in csv_rows(path, BATCH_TASK_COLUMNS):
-            key = (row[2], row[0])
-            if key in wanted:
-                plans[key] = _plan(path, line, row, scale)
-    rows: list[_Row] = []
-    row_of = np.full(len(instances), -1, dtype=np.int64)
-    no_plan = invalid = too_big = 0
-    for n, (key, inst) in enumerate(instances.items()):
-        plan = plans.get((key[0], key[1]))
-        if plan is None:
-            no_plan += 1
-            continue
-        if math.isnan(plan[0]):
-            invalid += 1
-            continue
-        if plan[0] > biggest[0] or plan[1] > biggest[1]:
-            too_big += 1
-            continue
+    plans = read_plans(task_paths, BATCH_TASK_COLUMNS, (2, 0), wanted, lambda p, n, r: _plan(p, n, r, scale))
+
+    def row(item: tuple[tuple[str, str, str], _Instance], plan: Plan) -> Row:
+        (_job, _task, instance), inst = item
         duration = _ended(inst.status, inst.submit, inst.end, horizon)
         machine = index[inst.machine] if inst.machine else -1
-        row_of[n] = len(rows)
-        rows.append(
-            _Row(f"{inst.job}-{key[2]}", inst.job, False, plan[0], plan[1], inst.submit, duration, machine)
+        return Row(
+            f"{inst.job}-{instance}", inst.job, False, plan[0], plan[1], inst.submit, duration, machine
         )
-    if no_plan:
-        notes.append(f"{no_plan} batch instances whose task has no plan in batch_task were left out")
-    if invalid:
-        notes.append(f"{invalid} batch instances whose task's plan is invalid were left out")
-    k = row_of[np.array(cols[0], dtype=np.int64)]
-    keep = k >= 0
-    usage = (k[keep], *(np.array(c, dtype=float)[keep] for c in cols[1:]))
-    return rows, too_big, usage
+
+    items = instances.items()
+    return instance_rows(
+        items, lambda i: (i[0][0], i[0][1]), row, plans, biggest, samples, "instances", notes
+    )
 
 
 # -------------------------------------------------------------------------------------------- read
-
-
-def _tasks(rows: Iterable[_Row]) -> Tasks:
-    rows = list(rows)
-    count = np.array([r.count for r in rows], dtype=np.int64)
-
-    def col(values: list[float] | list[int] | list[bool], dtype: type) -> np.ndarray:
-        return np.repeat(np.array(values, dtype=dtype), count)
-
-    ids: list[str] = []
-    jobs: list[str] = []
-    for r in rows:
-        if r.expand:
-            ids.extend(f"{r.id}-{i}" for i in range(r.count))
-            jobs.extend([r.job] * r.count)  # one str object, repeated
-        else:
-            ids.append(r.id)
-            jobs.append(r.job)
-    n = len(ids)
-    return Tasks(
-        ids=tuple(ids),
-        job=tuple(jobs),
-        production=col([r.production for r in rows], bool),
-        priority=np.zeros(n, dtype=np.int64),
-        cpu=col([r.cpu for r in rows], float),
-        ram=col([r.ram for r in rows], float),
-        submit=col([r.submit for r in rows], float),
-        duration=col([r.duration for r in rows], float),
-        machine=col([r.machine for r in rows], np.int64),
-    )
 
 
 def read(
@@ -700,16 +601,8 @@ def read(
     """Read the trace folder ``root`` (machine_meta plus container_meta and/or batch_task; optional
     container_usage, batch_instance; plain or .gz, as released or excerpted) for ``[0, hours)``
     (default: to the data's end), on at most ``machines`` machines (default: all)."""
-    root = Path(root)
-    if not root.is_dir():
-        raise TraceError(
-            f"{root}: not a folder (the trace as released: machine_meta.csv, container_meta.csv, ...)"
-        )
-    if hours is not None and not hours > 0:
-        raise TraceError(f"hours must be positive, got {hours}")
-    if machines is not None and machines < 0:
-        raise TraceError(f"machines must be at least 0, got {machines}")
-    if not _optional(root, "container_meta*.csv*") and not _optional(root, "batch_task*.csv*"):
+    root = checked(root, hours, machines, tables="machine_meta.csv, container_meta.csv")
+    if not optional(root, "container_meta*.csv*") and not optional(root, "batch_task*.csv*"):
         raise TraceError(f"{root}: neither a container_meta nor a batch_task file: no tasks to replay")
     windowed = hours is not None
     horizon = hours * 3600.0 if hours is not None else math.inf
@@ -722,20 +615,8 @@ def read(
         "machine_usage is not read (per machine, not per task)",
     ]
     found = _read_machines(root, scale, horizon, notes)
-    names = sorted(found, key=_natural)
-    keep = pick_machines(names, machines)
-    kept = dict(zip(names, keep.tolist(), strict=True))
-    kept_names = [n for n, k in zip(names, keep, strict=True) if k]
-    index = {n: i for i, n in enumerate(kept_names)}
-    share = len(kept_names) / max(len(names), 1)
-    m_cpu = np.array([found[n].cpu for n in kept_names], dtype=float)
-    m_ram = np.array([found[n].ram for n in kept_names], dtype=float)
-    biggest = (float(m_cpu.max()), float(m_ram.max())) if len(kept_names) else (0.0, 0.0)
-    if machines is not None and len(kept_names) < len(names):
-        notes.append(
-            f"{len(kept_names)} of {len(names)} machines kept (stable hash): containers and instances where "
-            f"the trace ran them, unplaced batch tasks by their job's hash ({share:.2%})"
-        )
+    picked = pick({n: (m.cpu, m.ram) for n, m in found.items()}, machines, "instances", notes)
+    kept, index, share, biggest = picked.kept, picked.index, picked.share, picked.biggest
 
     containers, seen = _read_containers(root, scale, horizon, kept, notes)
     rows, too_big = _container_rows(containers, index, biggest, notes)
@@ -744,40 +625,14 @@ def read(
     c_usage = _read_container_usage(root, horizon, windowed, task_of, seen, notes)
     del task_of, seen
 
-    base = len(rows)
-    instance_paths = _optional(root, "batch_instance*.csv*")
+    instance_paths = optional(root, "batch_instance*.csv*")
+    b_usage: tuple[np.ndarray, ...] | None = None
     if instance_paths:
         batch, big, b_usage = _instance_rows(
             root, instance_paths, scale, horizon, share, kept, index, biggest, notes
         )
-        b_usage = (b_usage[0] + base, *b_usage[1:])
     else:
         batch, big = _read_batch_tasks(root, scale, horizon, share, biggest, notes)
-        b_usage = (np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)))
-    too_big += big
-    if too_big:
-        notes.append(f"{too_big} tasks asking for more than the largest kept machine were left out")
-    rows.extend(batch)
-    del batch
-    tasks = _tasks(rows)
-    del rows
-
-    task, t, span, cpu, ram = (np.concatenate([a, b]) for a, b in zip(c_usage, b_usage, strict=True))
-    order = np.lexsort((t, task))
-    usage = Usage(
-        task=task[order].astype(np.int64), t=t[order], span=span[order], cpu=cpu[order], ram=ram[order]
-    )
-    if not windowed:
-        ends = tasks.submit + np.nan_to_num(tasks.duration, nan=0.0)
-        horizon = max(
-            float(ends.max()) if len(tasks) else 0.0,
-            float((usage.t + usage.span).max()) if len(usage) else 0.0,
-        )
-    return Trace(
-        source=SOURCE,
-        horizon_s=horizon,
-        machines=Machines(tuple(kept_names), m_cpu, m_ram),
-        tasks=tasks,
-        usage=usage,
-        notes=tuple(notes),
+    return assemble(
+        SOURCE, horizon, windowed, picked.machines, rows, batch, too_big + big, c_usage, b_usage, notes
     )
