@@ -13,7 +13,6 @@ unwritable output folder.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import sys
@@ -25,8 +24,17 @@ import typer
 from rich.console import Console
 
 from kalena.cli.screen import bad_input, command_line, table_console
-from kalena.cli.simulate import ARM_LABELS, EXIT_INVARIANT, _check_out, _headline, _run, _table
-from kalena.ir.write import dump_document, write_files_atomic
+from kalena.cli.simulate import (
+    ARM_LABELS,
+    _check_out,
+    _headline,
+    _run,
+    _table,
+    exit_if_invalid,
+    other_arms,
+    write_outputs,
+)
+from kalena.ir.write import dump_document
 from kalena.traces.model import Scale, Trace, TraceError
 
 TRACE_FILE = "trace.json"
@@ -135,7 +143,7 @@ def replay_command(
     plots: Annotated[bool, typer.Option(metavar="", help="Write the PNG plots.")] = True,
 ) -> None:
     """Replay a public cluster trace (Google 2011/2019, Alibaba 2017/2018) through the policy core."""
-    from kalena.sim import SimConfig, build_report, compare_reports
+    from kalena.sim import SimConfig, build_report
     from kalena.sim.batch import recorded
     from kalena.sim.recorded import Samples
     from kalena.traces.convert import replay
@@ -182,19 +190,7 @@ def replay_command(
         )
 
     sim = run(base)
-    report = build_report(sim)
-    arms = [(ARM_LABELS[base.arm], report)]
-    runs = [(ARM_LABELS[base.arm], sim)]
-    if compare:
-        for cfg in (
-            dataclasses.replace(base, reclaim=False),
-            dataclasses.replace(base, reclaim=False, enforce=False),
-        ):
-            other = run(cfg)
-            runs.append((ARM_LABELS[cfg.arm], other))
-            arms.append((ARM_LABELS[cfg.arm], build_report(other)))
-        report = compare_reports(arms[0][1], arms[1][1], arms[2][1])
-        arms[0] = (arms[0][0], report)
+    report, arms, runs = other_arms(base, sim, build_report(sim), run, compare)
     command = command_line()
     report["command"] = command
     figures: dict[str, Any] = {
@@ -209,21 +205,11 @@ def replay_command(
         "production_pods_with_usage": len(inputs.production_samples),
     }
     figures["command"] = command
-    files: dict[Path, str | bytes] = {
-        out / TRACE_FILE: json.dumps(_json_safe(figures), indent=2) + "\n",
-        out / "report.json": json.dumps(report, indent=2) + "\n",
-    }
+    extra: dict[str, str | bytes] = {TRACE_FILE: json.dumps(_json_safe(figures), indent=2) + "\n"}
     for doc in (inputs.infra, inputs.workloads, inputs.blueprint):
-        files[out / doc.file] = dump_document(doc)
-    if plots:
-        from kalena.sim.plots import render_plots
-
-        files.update({out / name: png for name, png in render_plots(sim, runs if compare else None).items()})
-    from kalena.sim.report import OUTPUT_FILES
-
+        extra[doc.file] = dump_document(doc)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        write_files_atomic(files, remove=[out / name for name in OUTPUT_FILES])  # an earlier run's
+        files = write_outputs(out, report, sim if plots else None, runs if compare else None, extra)
     except OSError as e:
         raise bad_input([f"{out}: cannot write: {e.strerror or e}; nothing was written"]) from None
     if as_json:
@@ -235,9 +221,4 @@ def replay_command(
             console.print(f"note: {note}")
         console.print("wrote " + ", ".join(str(p) for p in files))
         console.print(_headline(report))
-    if report["restoration_violations"]:
-        typer.echo(
-            f"restoration invariant violated {report['restoration_violations']} times: figures invalid",
-            err=True,
-        )
-        raise typer.Exit(EXIT_INVARIANT)
+    exit_if_invalid(report)

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -86,17 +87,19 @@ def _check_out(out: Path) -> str | None:
     return None
 
 
-def _write_outputs(
+def write_outputs(
     out: Path,
     report: dict[str, Any],
     sim: Simulation | None,
     arms: list[tuple[str, Simulation]] | None = None,
+    extra: Mapping[str, str | bytes] | None = None,
 ) -> list[Path]:
-    """report.json and the plots (``sim`` None: no plots; ``arms``: the compared runs), into
-    ``out``: all of them or none, and the outputs of an earlier run that this one did not write
-    (plots after ``--no-plots``, a comparison after a plain run) removed, so the folder always
-    holds one run's complete output (``write_files_atomic``)."""
-    files: dict[Path, str | bytes] = {out / REPORT_FILE: json.dumps(report, indent=2) + "\n"}
+    """report.json, the plots (``sim`` None: no plots; ``arms``: the compared runs) and ``extra``
+    files by name, into ``out``: all of them or none, and the outputs of an earlier run that this
+    one did not write (plots after ``--no-plots``, a comparison after a plain run) removed, so the
+    folder always holds one run's complete output (``write_files_atomic``)."""
+    files: dict[Path, str | bytes] = {out / name: data for name, data in (extra or {}).items()}
+    files[out / REPORT_FILE] = json.dumps(report, indent=2) + "\n"
     if sim is not None:
         from kalena.sim.plots import render_plots  # matplotlib loads only when plots are wanted
 
@@ -397,21 +400,12 @@ def simulate(
     report = build_report(sim)
     if why:
         report["why"] = {t: task_story(sim, task_index(sim, t)) for t in why}  # type: ignore[arg-type]
-    arms = [(ARM_LABELS[base.arm], report)]
-    runs = [(ARM_LABELS[base.arm], sim)]
-    if compare:
-        for other_cfg in (
-            dataclasses.replace(base, reclaim=False),
-            dataclasses.replace(base, reclaim=False, enforce=False),
-        ):
-            other_sim = _run(cluster, other_cfg, ARM_LABELS[other_cfg.arm], show)
-            runs.append((ARM_LABELS[other_cfg.arm], other_sim))
-            arms.append((ARM_LABELS[other_cfg.arm], build_report(other_sim)))
-        report = compare_reports(arms[0][1], arms[1][1], arms[2][1])
-        arms[0] = (arms[0][0], report)
+    report, arms, runs = other_arms(
+        base, sim, report, lambda cfg: _run(cluster, cfg, ARM_LABELS[cfg.arm], show), compare
+    )
     report["command"] = command_line()  # what made the folder's figures (kalena report shows it)
     try:
-        written = _write_outputs(out, report, sim if plots else None, runs if compare else None)
+        written = write_outputs(out, report, sim if plots else None, runs if compare else None)
     except OSError as e:
         raise _fail([f"{out}: cannot write the report: {e.strerror or e}; nothing was written"]) from None
     if as_json:
@@ -423,6 +417,35 @@ def simulate(
         console.print(_headline(report))
         for story in report.get("why", {}).values():
             console.print(_story(story))
+    exit_if_invalid(report)
+
+
+def other_arms(
+    base: SimConfig,
+    sim: Simulation,
+    report: dict[str, Any],
+    run: Callable[[SimConfig], Simulation],
+    compare: bool,
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[tuple[str, Simulation]]]:
+    """With ``compare``, the two other arms run by ``run`` on ``base``'s inputs, and the first
+    arm's report turned into the comparison; the reports and the runs by arm label."""
+    arms = [(ARM_LABELS[base.arm], report)]
+    runs = [(ARM_LABELS[base.arm], sim)]
+    if compare:
+        for cfg in (
+            dataclasses.replace(base, reclaim=False),
+            dataclasses.replace(base, reclaim=False, enforce=False),
+        ):
+            other = run(cfg)
+            runs.append((ARM_LABELS[cfg.arm], other))
+            arms.append((ARM_LABELS[cfg.arm], build_report(other)))
+        report = compare_reports(arms[0][1], arms[1][1], arms[2][1])
+        arms[0] = (arms[0][0], report)
+    return report, arms, runs
+
+
+def exit_if_invalid(report: dict[str, Any]) -> None:
+    """Exit 1 saying so when the run broke the restoration invariant (its figures are invalid)."""
     if report["restoration_violations"]:
         typer.echo(
             f"restoration invariant violated {report['restoration_violations']} times: figures invalid",
