@@ -37,6 +37,23 @@ def _points(text: str) -> tuple[int, ...]:
     return tuple(sorted(int(x) for x in number_list("--points", text, whole=True, lo=1, hi=100)))
 
 
+def _inputs(command: str, files: list[Path] | None, kinds: tuple[str, ...], out: Path) -> tuple[str, ...]:
+    """A sweep's IR files (default: the bundled Irina's first ``len(kinds)``), read once here so
+    that a bad one is said before any run, and ``out`` made; exit 2 naming what is wrong."""
+    paths = tuple(str(p) for p in files) if files else tuple(str(p) for p in irina_paths()[: len(kinds)])
+    if len(paths) != len(kinds):
+        raise bad_input([f"{command}: expected {' '.join(kinds)}, got {len(paths)} files"])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise bad_input([f"--out: cannot make the folder: {e.strerror or e} (value: {str(out)!r})"]) from None
+    try:
+        worker_cluster(*paths)
+    except IRError as e:
+        raise bad_input([p.render() for p in e.problems]) from None
+    return paths
+
+
 @app.command("pareto")
 def pareto(
     files: Annotated[
@@ -64,17 +81,7 @@ def pareto(
     """Pack production at each cap X (as Kuberina's Pareto plans do), simulate the day with
     reclamation on, and find the X with the most useful work within the SLO; plot the curve."""
     xs = _points(points)
-    paths = [str(p) for p in files] if files else [str(p) for p in irina_paths()[:2]]
-    if len(paths) != 2:
-        raise bad_input([f"sweep pareto: expected INFRA WORKLOADS, got {len(paths)} files"])
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise bad_input([f"--out: cannot make the folder: {e.strerror or e} (value: {str(out)!r})"]) from None
-    try:
-        worker_cluster(*paths)
-    except IRError as e:
-        raise bad_input([p.render() for p in e.problems]) from None
+    paths = _inputs("sweep pareto", files, ("INFRA", "WORKLOADS"), out)
     try:
         result: list[Point] = run_all(
             _one,
@@ -218,17 +225,7 @@ def seeds(
     from kalena.sim.arms import ARMS, summarise
 
     load_list = _loads(loads)
-    paths = tuple(str(p) for p in files) if files else tuple(str(p) for p in irina_paths())
-    if len(paths) != 3:
-        raise bad_input([f"sweep seeds: expected INFRA WORKLOADS BLUEPRINT, got {len(paths)} files"])
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise bad_input([f"--out: cannot make the folder: {e.strerror or e} (value: {str(out)!r})"]) from None
-    try:
-        worker_cluster(*paths)
-    except IRError as e:
-        raise bad_input([p.render() for p in e.problems]) from None
+    paths = _inputs("sweep seeds", files, ("INFRA", "WORKLOADS", "BLUEPRINT"), out)
     keys = [(load, s, arm) for load in load_list for s in range(count) for arm in ARMS]
     try:
         done = run_all(
