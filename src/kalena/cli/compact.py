@@ -51,11 +51,17 @@ def _one(
 
 
 def _checkpoint(
-    paths: list[str], cluster: Cluster, placed: Cluster | None, hours: float, seed: int, quiet: bool
+    paths: list[str],
+    cluster: Cluster,
+    placed: Cluster | None,
+    hours: float,
+    seed: int,
+    quiet: bool,
+    validate: bool,
 ) -> tuple[Checkpoint, Cluster, dict[str, Any]]:
     """Simulate ``hours`` on the cluster as ``placed`` (its blueprint; without one, the packer's
-    placement): the worst hourly checkpoint, the cluster as simulated and the day's SLO proxy
-    (what the validation day is set beside)."""
+    placement): the worst hourly checkpoint, the cluster as simulated and, with ``validate``, the
+    day's SLO proxy (what the validation day is set beside; empty without)."""
     from kalena.sim import SimConfig, Simulation
     from kalena.sim.checkpoint import run_with_checkpoints, worst
     from kalena.sim.validation import slo_figures
@@ -72,7 +78,7 @@ def _checkpoint(
         task = bar.add_task("ticks", total=sim.cfg.ticks)
         checkpoints = run_with_checkpoints(sim, cluster, progress=lambda k, _t: bar.update(task, completed=k))
     try:
-        return worst(checkpoints, cluster), placed, slo_figures(sim)
+        return worst(checkpoints, cluster), placed, slo_figures(sim) if validate else {}
     except ValueError as e:
         raise bad_input([f"--batch-hours: {e} (value: {hours:g})"]) from None
 
@@ -198,7 +204,7 @@ def command(
     load, checkpoint, full, day = None, None, cluster, {}
     baseline = len({*placed.placement.values()}) if placed is not None else None
     if batch_hours > 0:
-        cp, full, day = _checkpoint(paths, cluster, placed, batch_hours, seed, as_json)
+        cp, full, day = _checkpoint(paths, cluster, placed, batch_hours, seed, as_json, validate)
         load = cp.load
         checkpoint = {
             "time_h": cp.time / 3600.0,
