@@ -65,7 +65,7 @@ from kalena.core.messages import (
     wire,
 )
 from kalena.core.messages.specs import workload_out
-from kalena.core.model import Selector, SpreadConstraint, Tier, Toleration, WorkloadSpec
+from kalena.core.model import PodTerm, Selector, SpreadConstraint, Tier, Toleration, WorkloadSpec
 from kalena.core.placement import BindingDimension, why_pending
 from kalena.core.resources import DIMS, GPU, NDIM, RAM, Resources
 from kalena.core.verdict import Reason, ReasonCode
@@ -104,6 +104,7 @@ def vec(elements: st.SearchStrategy[float]) -> st.SearchStrategy[tuple[float, ..
 RESOURCES = vec(NONNEG_INF).map(Resources)
 REASONS = st.builds(Reason, st.sampled_from(ReasonCode), STRS, ANY_FLOAT, ANY_FLOAT, ANY_FLOAT, STRS)
 SELECTORS = st.builds(Selector, st.frozensets(STRS, max_size=3), LABELS)
+POLICIES = st.sampled_from(["Honor", "Ignore"])
 WORKLOADS = st.builds(
     WorkloadSpec,
     id=IDS,
@@ -116,14 +117,21 @@ WORKLOADS = st.builds(
     labels=LABELS,
     node_selector=LABELS,
     tolerations=st.lists(
-        st.builds(Toleration, STRS, st.sampled_from(["Equal", "Exists"]), STRS, STRS), max_size=3
+        st.builds(Toleration, STRS, st.sampled_from(["Equal", "Exists"]), STRS, STRS, st.booleans()),
+        max_size=3,
     ).map(tuple),
     affinity=SELECTORS,
     anti_affinity=SELECTORS,
     anti_affinity_topology_key=STRS,
     spread=st.lists(
-        st.builds(SpreadConstraint, st.integers(0, 5), STRS, SELECTORS, st.integers(0, 5)), max_size=2
+        st.builds(
+            SpreadConstraint, st.integers(0, 5), STRS, SELECTORS, st.integers(0, 5), POLICIES, POLICIES
+        ),
+        max_size=2,
     ).map(tuple),
+    required_affinity=st.lists(st.builds(PodTerm, SELECTORS, STRS), max_size=2).map(tuple),
+    required_anti_affinity=st.lists(st.builds(PodTerm, SELECTORS, STRS), max_size=2).map(tuple),
+    node_names=st.none() | st.frozensets(STRS, max_size=3),
     image=STRS,
     owner=STRS,
     slack_cpu=st.booleans(),

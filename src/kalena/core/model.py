@@ -32,17 +32,28 @@ class Taint:
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
-    """Matched on ``key`` only, as IR v1 says; an empty key with ``Exists`` tolerates every taint."""
+    """Matched on ``key`` only, as IR v1 says; an empty key with ``Exists`` tolerates every taint.
+
+    ``exact`` (a toleration read from Kubernetes): matched as kube-scheduler does, on the effect
+    (empty: every effect), the key and, for ``Equal``, the value.
+    """
 
     key: str
     operator: str = "Equal"
     value: str = ""
     effect: str = ""
+    exact: bool = False
 
     def tolerates(self, taint: Taint) -> bool:
         if not self.key:
-            return self.operator == "Exists"
-        return self.key == taint.key
+            return self.operator == "Exists" and (not self.exact or self.effect in ("", taint.effect))
+        if self.key != taint.key:
+            return False
+        if not self.exact:
+            return True
+        if self.effect and self.effect != taint.effect:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
 
 
 def tolerates_all(tolerations: tuple[Toleration, ...], taints: tuple[Taint, ...]) -> bool:
@@ -80,12 +91,28 @@ class Selector:
 
 @dataclass(frozen=True, slots=True)
 class SpreadConstraint:
-    """A hard topology-spread constraint (``whenUnsatisfiable: DoNotSchedule``)."""
+    """A hard topology-spread constraint (``whenUnsatisfiable: DoNotSchedule``).
+
+    The policies say which nodes' domains count (kube-scheduler's defaults): ``Honor`` the pod's
+    nodeSelector and required node affinity, ``Ignore`` taints.
+    """
 
     max_skew: int
     topology_key: str
     selector: Selector
     min_domains: int = 1
+    node_affinity_policy: str = "Honor"
+    node_taints_policy: str = "Ignore"
+
+
+@dataclass(frozen=True, slots=True)
+class PodTerm:
+    """A required pod (anti-)affinity term: the workloads ``selector`` names (a shell resolves a
+    Kubernetes label selector and its namespaces to their ids), in the same ``topology_key``
+    domain (a node label) as the workload (affinity) or never in it (anti-affinity)."""
+
+    selector: Selector
+    topology_key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +123,8 @@ class NodeSpec:
     taints: tuple[Taint, ...] = ()
     zone: str = ""
     rack: str = ""
+    #: the most pods the node takes (Kubernetes' ``pods`` allocatable; None: no such bound)
+    max_pods: int | None = None
 
     def topology_value(self, key: str) -> str | None:
         """The node's domain for a topology key; ``zone``/``rack`` fall back to the IR fields."""
@@ -116,9 +145,13 @@ class DaemonSetSpec:
     resources: Resources = field(default_factory=Resources.zero)
     node_selector: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     tolerations: tuple[str, ...] = ()  # taint keys, as IR v1 says
+    #: the nodes it runs on, where a shell resolved them (Kubernetes' own rules); None: by the above
+    nodes: frozenset[str] | None = None
 
     def runs_on(self, node: NodeSpec) -> bool:
         """Phase 0 match: the nodeSelector holds and every taint's key is tolerated."""
+        if self.nodes is not None:
+            return node.name in self.nodes
         if not selector_matches(self.node_selector, node.labels):
             return False
         return all(t.key in self.tolerations for t in node.taints)
@@ -160,6 +193,11 @@ class WorkloadSpec:
     anti_affinity: Selector = field(default_factory=Selector)
     anti_affinity_topology_key: str = ""  # "" means the node itself
     spread: tuple[SpreadConstraint, ...] = ()
+    #: hard rules read from Kubernetes (IR v1 states none; the packer keeps them)
+    required_affinity: tuple[PodTerm, ...] = ()
+    required_anti_affinity: tuple[PodTerm, ...] = ()
+    #: required node affinity, resolved to the node names it admits (None: no such rule)
+    node_names: frozenset[str] | None = None
     image: str = ""
     owner: str = ""
     slack_cpu: bool = True

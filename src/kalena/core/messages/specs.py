@@ -9,8 +9,20 @@ frozensets are sorted arrays so that equal values encode to equal text.
 from __future__ import annotations
 
 from kalena.core.enforcement.throttle import ThrottleCause, ThrottleDecision
-from kalena.core.messages.wire import Json, Obj, Path, fail, integer, number, number_out, optional, show, text
-from kalena.core.model import Selector, SpreadConstraint, Tier, Toleration, WorkloadSpec
+from kalena.core.messages.wire import (
+    Json,
+    Obj,
+    Path,
+    array,
+    fail,
+    integer,
+    number,
+    number_out,
+    optional,
+    show,
+    text,
+)
+from kalena.core.model import PodTerm, Selector, SpreadConstraint, Tier, Toleration, WorkloadSpec
 from kalena.core.placement.why import BindingDimension
 from kalena.core.resources import DIM_INDEX, DIMS, Resources
 from kalena.core.verdict import Reason, ReasonCode
@@ -68,12 +80,12 @@ def reason_in(value: object, path: Path) -> Reason:
 
 
 def toleration_out(t: Toleration) -> dict[str, Json]:
-    return {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}
+    return {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect, "exact": t.exact}
 
 
 def toleration_in(value: object, path: Path) -> Toleration:
-    o = Obj(value, path, ("key", "operator", "value", "effect"))
-    return Toleration(o.text("key"), o.text("operator"), o.text("value"), o.text("effect"))
+    o = Obj(value, path, ("key", "operator", "value", "effect", "exact"))
+    return Toleration(o.text("key"), o.text("operator"), o.text("value"), o.text("effect"), o.flag("exact"))
 
 
 def selector_out(s: Selector) -> dict[str, Json]:
@@ -91,17 +103,38 @@ def spread_out(c: SpreadConstraint) -> dict[str, Json]:
         "topology_key": c.topology_key,
         "selector": selector_out(c.selector),
         "min_domains": c.min_domains,
+        "node_affinity_policy": c.node_affinity_policy,
+        "node_taints_policy": c.node_taints_policy,
     }
 
 
 def spread_in(value: object, path: Path) -> SpreadConstraint:
-    o = Obj(value, path, ("max_skew", "topology_key", "selector", "min_domains"))
+    o = Obj(
+        value,
+        path,
+        ("max_skew", "topology_key", "selector", "min_domains", "node_affinity_policy", "node_taints_policy"),
+    )
     return SpreadConstraint(
         o.integer("max_skew", 0),
         o.text("topology_key"),
         o.get("selector", selector_in),
         o.integer("min_domains", 0),
+        o.text("node_affinity_policy"),
+        o.text("node_taints_policy"),
     )
+
+
+def term_out(t: PodTerm) -> dict[str, Json]:
+    return {"selector": selector_out(t.selector), "topology_key": t.topology_key}
+
+
+def term_in(value: object, path: Path) -> PodTerm:
+    o = Obj(value, path, ("selector", "topology_key"))
+    return PodTerm(o.get("selector", selector_in), o.text("topology_key"))
+
+
+def names_in(value: object, path: Path) -> frozenset[str] | None:
+    return None if value is None else frozenset(array(value, path, text))
 
 
 def workload_out(w: WorkloadSpec) -> dict[str, Json]:
@@ -121,6 +154,9 @@ def workload_out(w: WorkloadSpec) -> dict[str, Json]:
         "anti_affinity": selector_out(w.anti_affinity),
         "anti_affinity_topology_key": w.anti_affinity_topology_key,
         "spread": [spread_out(c) for c in w.spread],
+        "required_affinity": [term_out(t) for t in w.required_affinity],
+        "required_anti_affinity": [term_out(t) for t in w.required_anti_affinity],
+        "node_names": None if w.node_names is None else sorted(w.node_names),
         "image": w.image,
         "owner": w.owner,
         "slack_cpu": w.slack_cpu,
@@ -151,6 +187,9 @@ def workload_in(value: object, path: Path) -> WorkloadSpec:
         anti_affinity=o.get("anti_affinity", selector_in),
         anti_affinity_topology_key=o.text("anti_affinity_topology_key"),
         spread=o.array("spread", spread_in),
+        required_affinity=o.array("required_affinity", term_in),
+        required_anti_affinity=o.array("required_anti_affinity", term_in),
+        node_names=o.get("node_names", names_in),
         image=o.text("image"),
         owner=o.text("owner"),
         slack_cpu=o.flag("slack_cpu"),
