@@ -11,18 +11,27 @@ under the rules a blueprint must keep (the checks ``kalena ir validate`` runs on
   - the workload's ``nodeSelector`` holds and it tolerates every taint that repels;
   - a gang (IR v1 §3.2) is placed all or nothing, at least ``minMembers`` of it; ``colocate:
     true`` puts its members on one node; a group ``nodeSelector`` holds for every member;
+  - the rules only Kubernetes states (IR v1 has none; :mod:`kalena.manifests.cluster` reads them),
+    as kube-scheduler's filters decide them (:class:`_Hard`): required node affinity, a node's
+    pod count, required pod affinity and anti-affinity (the workload's own terms and the placed
+    workloads' anti-affinity terms that name it) and hard topology spread;
 * **soft** (``affinity`` and ``antiAffinity`` in IR v1): kept where some feasible node keeps
   them, else broken and counted (:attr:`PackResult.soft_broken`).
 
 **Order.** Gangs first (a colocated gang as one item, its requests summed), then the other
-workloads, the most constrained first (the fewest nodes their nodeSelector and taints allow: a
+workloads, those without required pod affinity before those with it (their targets placed
+first), the most constrained first (the fewest nodes their nodeSelector and taints allow: a
 pod that may only go to the scarce nvme or gpu nodes is placed before the ones that may go
 anywhere take that room), then by decreasing size, the largest share of the mean node capacity
 any dimension of the request takes (first-fit-decreasing's order: the big items placed while the
-room is there), ties by id.
+room is there), ties by id. A workload that a Kubernetes rule left waiting is tried again once
+the others are placed (an affinity target or a spread domain may have filled in), until a round
+places none.
 
 **Choice**, per workload over the nodes where the hard rules allow it, by these keys in turn:
-fewest soft rules broken; a node already in use before an empty one (the packing: fewer
+fewest workloads unable to follow it (those whose required pod affinity names it, where their
+own nodeSelector, node affinity and taints keep them out of the node's domain); fewest soft
+rules broken; a node already in use before an empty one (the packing: fewer
 active nodes); best fit, the least share of the node's capacity left on its fullest-left
 dimension after placing it; the lowest node index. Everything here is a pure function of its
 arguments: the same cluster and node mask give the same placement.
@@ -40,7 +49,7 @@ import numpy as np
 
 from kalena.core.cluster import Cluster, Group
 from kalena.core.ledger import fits_mask, tolerant_capacity
-from kalena.core.model import Selector, WorkloadSpec, selector_matches, tolerates_all
+from kalena.core.model import PodTerm, Selector, WorkloadSpec, selector_matches, tolerates_all
 from kalena.core.resources import DIMS
 
 
@@ -59,6 +68,9 @@ class PackResult:
     active_nodes: int
     #: requests placed on each node, shape (N, 8)
     load: np.ndarray
+    #: the placed workloads in the order the packer placed them (each placement kept the hard
+    #: rules given the ones before it: a sequence a replay checker can step through)
+    order: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -80,6 +92,192 @@ class _Targets:
         for i, targets in enumerate(self.anti):
             for t in targets:
                 self.anti_of[t].append(i)
+
+
+def _selector_key(sel: Selector) -> tuple[object, ...]:
+    return (sel.names, tuple(sorted(sel.match_labels.items())))
+
+
+class _Hard:
+    """The Kubernetes rules that depend on where the others went, as kube-scheduler's
+    InterPodAffinity and PodTopologySpread filters decide them (``kalena.deployability``'s
+    replay checker is the independent reference a test holds this to).
+
+    * **affinity** (the workload's terms ``(S_j, key_j)``; ``W`` = the workloads matching every
+      term): the node carries every ``key_j``, and every ``D_key_j(node)`` holds a placed member
+      of ``W``; else, when no member of ``W`` is placed on a node carrying one of the keys and the
+      workload is in ``W`` itself, it may go anywhere carrying the keys (the first of a series);
+    * **anti-affinity**: no placed member of ``S_j`` in ``D_key_j(node)``, and no placed workload
+      whose own term ``(S, key)`` names this one in ``D_key(node)`` (a node without ``key`` has
+      no such domain);
+    * **spread** (``maxSkew``, ``key``, ``S``): the node carries ``key``; over the eligible nodes
+      ``E`` (carrying every spread key of the workload; its nodeSelector and node affinity when
+      the policy honours them, its tolerations likewise), ``count(D(node)) + [self in S] - gmin
+      <= maxSkew``, ``gmin`` the least count over ``E``'s domains (0 with fewer than minDomains).
+
+    Terms are resolved once per selector (replicas of a declaration share them)."""
+
+    def __init__(self, packer: _Packer, cluster: Cluster) -> None:
+        self.p = packer
+        w = len(packer.workloads)
+        self._targets: dict[tuple[object, ...], np.ndarray] = {}
+        self._domains: dict[str, tuple[np.ndarray, int]] = {}
+        self.cluster = cluster
+        #: per anti-affinity term (one per declaration, selector and key): its owners, its targets
+        #: as (W,) bool and its key; and per workload, the terms whose targets hold it
+        terms: dict[tuple[object, ...], tuple[list[int], Selector, str]] = {}
+        for i, x in enumerate(packer.workloads):
+            for term in x.required_anti_affinity:
+                k = (x.declaration or x.id, _selector_key(term.selector), term.topology_key)
+                terms.setdefault(k, ([], term.selector, term.topology_key))[0].append(i)
+        self.anti_terms = [
+            (np.array(owners, dtype=np.int64), self.targets(sel), key) for owners, sel, key in terms.values()
+        ]
+        self.anti_named: list[list[int]] = [[] for _ in range(w)]
+        for t, (_, targets, _) in enumerate(self.anti_terms):
+            for j in np.flatnonzero(targets).tolist():
+                self.anti_named[j].append(t)
+        # the affinity terms naming each workload (one per declaration and key), so that a target
+        # is placed where the workloads that must follow it can go
+        followers: dict[tuple[object, ...], tuple[int, str, np.ndarray]] = {}
+        for i, x in enumerate(packer.workloads):
+            for term in x.required_affinity:
+                k = (x.declaration or x.id, term.topology_key)
+                if k not in followers:
+                    followers[k] = (i, term.topology_key, self.targets(term.selector))
+        self.follow_terms = list(followers.values())
+        self.followed_by: list[list[int]] = [[] for _ in range(w)]
+        for t, (_, _, targets) in enumerate(self.follow_terms):
+            for j in np.flatnonzero(targets).tolist():
+                self.followed_by[j].append(t)
+        self._follow_cost: dict[int, np.ndarray] = {}
+        self._witnesses: dict[tuple[object, ...], np.ndarray] = {}
+        self.active = [
+            bool(
+                x.required_affinity
+                or x.required_anti_affinity
+                or x.spread
+                or self.anti_named[i]
+                or self.followed_by[i]
+            )
+            for i, x in enumerate(packer.workloads)
+        ]
+
+    def follow_cost(self, members: Sequence[int]) -> np.ndarray:
+        """Per node: the affinity terms naming ``members`` whose owner could not follow there (no
+        node of the node's domain admits the owner's nodeSelector, node affinity and taints)."""
+        cost = np.zeros(len(self.p.nodes), dtype=np.int64)
+        for t in {t for i in members for t in self.followed_by[i]}:
+            hit = self._follow_cost.get(t)
+            if hit is None:
+                owner, key, _ = self.follow_terms[t]
+                ids, n_dom = self.domains(key)
+                static = self.p.static_mask(self.p.workloads[owner], {}) & (ids >= 0)
+                admits = np.zeros(n_dom + 1, dtype=bool)  # the last slot: nodes without the key
+                admits[ids[static]] = True
+                hit = self._follow_cost[t] = (~admits[ids]).astype(np.int64)
+            cost += hit
+        return cost
+
+    def targets(self, sel: Selector) -> np.ndarray:
+        """(W,) bool: the workloads ``sel`` names."""
+        key = _selector_key(sel)
+        hit = self._targets.get(key)
+        if hit is None:
+            hit = np.zeros(len(self.p.workloads), dtype=bool)
+            ids = self.cluster.targets_of(sel)
+            hit[[self.p.index[x] for x in ids if x in self.p.index]] = True
+            self._targets[key] = hit
+        return hit
+
+    def domains(self, key: str) -> tuple[np.ndarray, int]:
+        """Each node's domain id for ``key`` (-1: the node lacks it) and the number of domains."""
+        hit = self._domains.get(key)
+        if hit is None:
+            names: dict[str, int] = {}
+            ids = np.array(
+                [
+                    -1 if (v := nd.topology_value(key)) is None else names.setdefault(v, len(names))
+                    for nd in self.p.nodes
+                ],
+                dtype=np.int64,
+            )
+            hit = self._domains[key] = (ids, len(names))
+        return hit
+
+    def _counts(self, members: np.ndarray, key: str, on: np.ndarray | None = None) -> np.ndarray:
+        """Placed ``members`` (W,) bool per domain of ``key`` (only on nodes ``on``, if given)."""
+        ids, count = self.domains(key)
+        nodes = self.p.where[members]
+        nodes = nodes[nodes >= 0]
+        if on is not None:
+            nodes = nodes[on[nodes]]
+        d = ids[nodes]
+        return np.bincount(d[d >= 0], minlength=count)
+
+    def _near(self, members: np.ndarray, key: str) -> np.ndarray:
+        """(N,) bool: nodes whose ``key`` domain holds a placed member."""
+        ids, _ = self.domains(key)
+        counts = self._counts(members, key)
+        return (ids >= 0) & (counts[np.maximum(ids, 0)] > 0)
+
+    def witnesses(self, terms: tuple[PodTerm, ...]) -> np.ndarray:
+        key = tuple((_selector_key(t.selector), t.topology_key) for t in terms)
+        hit = self._witnesses.get(key)
+        if hit is None:
+            hit = np.logical_and.reduce([self.targets(t.selector) for t in terms])
+            self._witnesses[key] = hit
+        return hit
+
+    def mask(self, i: int) -> list[tuple[str, np.ndarray]]:
+        """Each rule of workload ``i`` with the (N,) nodes it allows."""
+        x = self.p.workloads[i]
+        out: list[tuple[str, np.ndarray]] = []
+        if x.required_affinity:
+            terms = x.required_affinity
+            has_keys = np.logical_and.reduce([self.domains(t.topology_key)[0] >= 0 for t in terms])
+            wit = self.witnesses(terms)
+            ok = np.logical_and.reduce([self._near(wit, t.topology_key) for t in terms])
+            if not ok.any():
+                placed = self.p.where[wit]
+                placed = placed[placed >= 0]
+                keyed = np.logical_or.reduce([self.domains(t.topology_key)[0] >= 0 for t in terms])
+                if wit[i] and not keyed[placed].any():
+                    ok = np.ones(len(self.p.nodes), dtype=bool)  # the first of a series
+            out.append(("required pod affinity", ok & has_keys))
+        anti = np.ones(len(self.p.nodes), dtype=bool)
+        for term in x.required_anti_affinity:
+            anti &= ~self._near(self.targets(term.selector), term.topology_key)
+        for t in self.anti_named[i]:
+            owners, _, key = self.anti_terms[t]
+            placed = np.zeros(len(self.p.workloads), dtype=bool)
+            placed[owners] = True
+            anti &= ~self._near(placed, key)
+        if x.required_anti_affinity or self.anti_named[i]:
+            out.append(("required pod anti-affinity", anti))
+        if x.spread:
+            keyed = np.logical_and.reduce([self.domains(c.topology_key)[0] >= 0 for c in x.spread])
+            for c in x.spread:
+                ids, n_dom = self.domains(c.topology_key)
+                eligible = keyed & self.policy_mask(x, c.node_affinity_policy, c.node_taints_policy)
+                members = self.targets(c.selector)
+                counts = self._counts(members, c.topology_key, on=eligible)
+                present = np.zeros(n_dom, dtype=bool)
+                present[ids[eligible]] = True
+                gmin = int(counts[present].min()) if present.sum() >= c.min_domains and present.any() else 0
+                own = np.where(ids >= 0, counts[np.maximum(ids, 0)], 0)
+                ok = (ids >= 0) & (own + int(members[i]) - gmin <= c.max_skew)
+                out.append((f"topology spread on {c.topology_key} (maxSkew {c.max_skew})", ok))
+        return out
+
+    def policy_mask(self, x: WorkloadSpec, affinity: str, taints: str) -> np.ndarray:
+        """The nodes a spread constraint's policies count (every node, less what they honour)."""
+        ok = np.ones(len(self.p.nodes), dtype=bool)
+        if affinity == "Honor":
+            ok &= self.p.selector_mask(x)
+        if taints == "Honor":
+            ok &= np.array([tolerates_all(x.tolerations, nd.taints) for nd in self.p.nodes], dtype=bool)
+        return ok
 
 
 def _size(requests: np.ndarray, mean_capacity: np.ndarray) -> np.ndarray:
@@ -132,27 +330,44 @@ class _Packer:
             raise ValueError("an extra workload repeats an id")
         self.load = np.zeros((len(self.req), n, len(DIMS)))
         self.count = np.zeros(n, dtype=np.int64)
+        self.max_pods = np.array([math.inf if nd.max_pods is None else nd.max_pods for nd in self.nodes])
         self.where = np.full(w, -1, dtype=np.int64)
+        self.steps: dict[int, None] = {}  # placed workloads in placement order
         self.targets = _Targets(cluster, self.index, w)
         t = self.targets
-        #: workloads with no soft rule tying them to others (batch, most production)
-        self.lonely = [not (t.aff[i] or t.anti[i] or t.anti_of[i]) for i in range(w)]
         self._static: dict[tuple[object, ...], np.ndarray] = {}
+        self.hard = _Hard(self, cluster)
+        #: workloads no rule ties to others (batch, most production)
+        self.lonely = [not (t.aff[i] or t.anti[i] or t.anti_of[i] or self.hard.active[i]) for i in range(w)]
 
     # the hard rules that do not depend on the others' placement -----------------------------------
     @staticmethod
     def static_key(w: WorkloadSpec, group_selector: Mapping[str, str]) -> tuple[object, ...]:
-        return (tuple(sorted(w.node_selector.items())), w.tolerations, tuple(sorted(group_selector.items())))
+        return (
+            tuple(sorted(w.node_selector.items())),
+            w.tolerations,
+            tuple(sorted(group_selector.items())),
+            w.node_names,
+        )
+
+    def selector_mask(self, w: WorkloadSpec) -> np.ndarray:
+        """Where the nodeSelector and the required node affinity hold."""
+        return np.array(
+            [
+                selector_matches(w.node_selector, nd.labels)
+                and (w.node_names is None or nd.name in w.node_names)
+                for nd in self.nodes
+            ],
+            dtype=bool,
+        )
 
     def static_mask(self, w: WorkloadSpec, group_selector: Mapping[str, str]) -> np.ndarray:
         key = self.static_key(w, group_selector)
         mask = self._static.get(key)
         if mask is None:
-            mask = np.array(
+            mask = self.selector_mask(w) & np.array(
                 [
-                    selector_matches(w.node_selector, nd.labels)
-                    and selector_matches(group_selector, nd.labels)
-                    and tolerates_all(w.tolerations, nd.taints)
+                    selector_matches(group_selector, nd.labels) and tolerates_all(w.tolerations, nd.taints)
                     for nd in self.nodes
                 ],
                 dtype=bool,
@@ -160,9 +375,14 @@ class _Packer:
             self._static[key] = mask
         return mask & self.allowed
 
-    def fits(self, request: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Where ``request`` (L, 8) keeps every ledger within capacity."""
-        return mask & fits_mask(request[:, None, :], self.load, self.cap_tol).all(axis=0)
+    def fits(self, request: np.ndarray, mask: np.ndarray, pods: int = 1) -> np.ndarray:
+        """Where ``request`` (L, 8) keeps every ledger within capacity and ``pods`` more stay within
+        the node's pod count."""
+        return (
+            mask
+            & (self.count + pods <= self.max_pods)
+            & fits_mask(request[:, None, :], self.load, self.cap_tol).all(axis=0)
+        )
 
     # the soft rules ------------------------------------------------------------------------------------
     def soft_cost(self, members: Sequence[int]) -> np.ndarray:
@@ -198,14 +418,16 @@ class _Packer:
         if not cand.size:
             return None
         soft = self.soft_cost(members)[cand]
+        follow = self.hard.follow_cost(members)[cand]
         closed = (self.count[cand] == 0).astype(np.int64)
-        order = np.lexsort((cand, self.left(request, cand), closed, soft))  # the last key first
+        order = np.lexsort((cand, self.left(request, cand), closed, soft, follow))  # the last key first
         return int(cand[order[0]])
 
     def put(self, members: Sequence[int], node: int) -> None:
         for i in members:
             self.load[:, node] += self.req[:, i]
             self.where[i] = node
+            self.steps[i] = None
         self.count[node] += len(members)
 
     def take_back(self, members: Sequence[int]) -> None:
@@ -215,6 +437,7 @@ class _Packer:
                 self.load[:, node] -= self.req[:, i]
                 self.count[node] -= 1
                 self.where[i] = -1
+                self.steps.pop(i, None)
 
     def why_not(self, request: np.ndarray, mask: np.ndarray) -> str:
         if not self.reasons:
@@ -228,15 +451,27 @@ class _Packer:
         short = [DIMS[d] for d in range(len(DIMS)) if not ok[:, d].any()]
         if short:
             return f"no node has room for its requests ({', '.join(short)})"
+        if not (mask & (self.count < self.max_pods)).any():
+            return "no node takes another pod (its pods allocatable)"
         return "no node has room for its requests on every dimension at once"
 
     # placing -------------------------------------------------------------------------------------------
     def place_one(self, i: int, group_selector: Mapping[str, str]) -> str | None:
         w, r = self.workloads[i], self.req[:, i]
         mask = self.static_mask(w, group_selector)
-        node = self.choose(r, self.fits(r, mask), (i,))
+        feasible = self.fits(r, mask)
+        rules = self.hard.mask(i) if self.hard.active[i] else []
+        for _, ok in rules:
+            feasible = feasible & ok
+        node = self.choose(r, feasible, (i,))
         if node is None:
-            return self.why_not(r, mask)
+            fit = self.fits(r, mask)
+            if not fit.any():
+                return self.why_not(r, mask)
+            broken = " and ".join(name for name, ok in rules if not (fit & ok).any())
+            return (
+                f"no node with room keeps its {broken or 'Kubernetes rules together'}" if self.reasons else ""
+            )
         self.put((i,), node)
         return None
 
@@ -261,7 +496,8 @@ class _Packer:
             r = self.req[:, i]
             if key is not None and key == last_key and last_node >= 0:
                 row = slice(last_node, last_node + 1)
-                if fits_mask(r[:, None, :], self.load[:, row], self.cap_tol[row]).all():
+                room = self.count[last_node] < self.max_pods[last_node]
+                if room and fits_mask(r[:, None, :], self.load[:, row], self.cap_tol[row]).all():
                     self.put((i,), last_node)
                     continue
             if key is not None and key in unfit:
@@ -277,6 +513,23 @@ class _Packer:
             pending.append((i, why))
             if len(pending) > limit:
                 return
+        self.retry(pending)
+
+    def retry(self, pending: list[tuple[int, str]]) -> None:
+        """Try again the workloads a Kubernetes rule left waiting (an affinity target or a spread
+        domain may have been placed since), until a round places none."""
+        while True:
+            placed = False
+            for k, (i, _) in enumerate(pending):
+                if self.hard.active[i] and self.where[i] < 0:
+                    why = self.place_one(i, {})
+                    if why is None:
+                        placed = True
+                    else:
+                        pending[k] = (i, why)
+            pending[:] = [(i, why) for i, why in pending if self.where[i] < 0]
+            if not placed:
+                return
 
     def place_group(self, g: Group) -> list[tuple[int, str]]:
         """The gang's members placed, or none of them; the reasons of those that could not go."""
@@ -286,7 +539,7 @@ class _Packer:
             for i in members:
                 mask &= self.static_mask(self.workloads[i], g.node_selector)
             total = self.req[:, members].sum(axis=1)
-            node = self.choose(total, self.fits(total, mask), members)
+            node = self.choose(total, self.fits(total, mask, len(members)), members)
             if node is None:
                 why = (
                     f"gang {g.name}: no one node takes all {len(members)} members (colocate), "
@@ -363,7 +616,8 @@ def pack(
         ids = np.array([p.workloads[i].id for i in rest.tolist()], dtype=object)
         # the most constrained first (fewest nodes their selector and taints allow), then the largest
         room = np.array([int(p.static_mask(p.workloads[i], {}).sum()) for i in rest.tolist()])
-        p.place_rest(rest[np.lexsort((ids, -sizes(rest), room))].tolist(), pending, limit)
+        follows = np.array([bool(p.workloads[i].required_affinity) for i in rest.tolist()])
+        p.place_rest(rest[np.lexsort((ids, -sizes(rest), room, follows))].tolist(), pending, limit)
     names = [nd.name for nd in p.nodes]
     placement = {p.workloads[i].id: names[int(p.where[i])] for i in np.flatnonzero(p.where >= 0).tolist()}
     return PackResult(
@@ -372,6 +626,7 @@ def pack(
         soft_broken=_soft_broken(p),
         active_nodes=int(np.count_nonzero(p.count)),
         load=p.load[0],
+        order=tuple(p.workloads[i].id for i in p.steps),
     )
 
 
