@@ -28,31 +28,11 @@ from typing import Any
 
 from kalena.core.classify import classify
 from kalena.core.model import NodeSpec, Taint, Tier, Toleration, WorkloadSpec
-from kalena.core.resources import Resources
 from kalena.ir.errors import ProblemLog
 from kalena.manifests import fields as f
+from kalena.manifests.cluster import DIMENSIONS, ZONE, core_resources
 from kalena.manifests.load import POD_TYPE_ANNOTATION
 from kalena.manifests.podspec import pod_spec
-
-GIB = float(2**30)
-#: Kubernetes resource name -> (core dimension, scale from the reader's integer units)
-DIMENSIONS: Mapping[str, tuple[str, float]] = {
-    "cpu": ("cpu", 1e-3),  # millicores
-    "memory": ("ram", 1 / GIB),
-    "ephemeral-storage": ("storage", 1 / GIB),
-    "nvidia.com/gpu": ("gpu", 1.0),
-}
-ZONE = "topology.kubernetes.io/zone"
-
-
-def _resources(
-    raw: Mapping[str, int], default: float, absent: Mapping[str, float] | None = None
-) -> Resources:
-    vals = {
-        **(absent or {}),
-        **{DIMENSIONS[k][0]: v * DIMENSIONS[k][1] for k, v in raw.items() if k in DIMENSIONS},
-    }
-    return Resources.from_mapping(vals, default=default)
 
 
 def node_spec(node: Mapping[str, Any]) -> tuple[NodeSpec, list[str]]:
@@ -69,7 +49,7 @@ def node_spec(node: Mapping[str, Any]) -> tuple[NodeSpec, list[str]]:
             v = f.units(k, raw, ("status", "allocatable", k), log)
             if v is not None:
                 units[k] = v
-    res = _resources(units, default=float("inf"), absent={"gpu": 0.0})  # no GPU unless it says so
+    res = core_resources(units, default=float("inf"), absent={"gpu": 0.0})  # no GPU unless it says so
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     taints = tuple(
         Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
@@ -124,12 +104,14 @@ def pod_view(
     owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
     owner_kind = str(owner.get("kind") or "") if owner else ""
     c = classify(wid, labels, annotations, owner_kind=owner_kind, infer_batch=infer_batch)
-    tolerations = tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in parts.tolerations)
+    tolerations = tuple(
+        Toleration(t.key, t.operator, t.value, t.effect, exact=True) for t in parts.tolerations
+    )
     scheduler = str(raw_spec.get("schedulerName") or "default-scheduler")
     tier = Tier.BATCH if batch_scheduler is not None and scheduler == batch_scheduler else c.tier
     spec = WorkloadSpec(
         id=wid,
-        requests=_resources(parts.requests, default=0.0),
+        requests=core_resources(parts.requests, default=0.0),
         tier=tier,
         priority=c.priority,
         namespace=ns,

@@ -25,7 +25,7 @@ Every problem is collected with file, key path and value, and all are raised tog
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,9 @@ DAEMONSET_TOLERATIONS = tuple(
     )
 )
 STANDARD_DIMS = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
+#: The most pods one workload may declare (Kubernetes' own scalability limit is 150,000 pods a
+#: cluster): more is a typo, and each is a row in memory.
+MAX_REPLICAS = 150_000
 
 
 @dataclass
@@ -87,6 +90,10 @@ class _Reader:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.placed: list[_Placed] = []
         self.problems: list[Problem] = []
+        #: pods each workload runs at once (replicas; a Job's parallelism), where it says
+        self.replicas: dict[str, int] = {}
+        #: (file, key path of the pod spec) each pod type was read from
+        self.spec_at: dict[str, tuple[str, Loc]] = {}
 
     # --- documents -----------------------------------------------------------------------------
     def read_text(self, text: str, file: str) -> None:
@@ -174,6 +181,9 @@ class _Reader:
         tmeta = f.mapping(template.get("metadata"), (*tloc, "template", "metadata"), log) or {}
         meta = f.mapping(m.get("metadata"), (*loc, "metadata"), log, optional=False) or {}
         merged = {"name": meta.get("name"), "namespace": meta.get("namespace"), "labels": tmeta.get("labels")}
+        count = self.count(kind, spec, tloc, log)
+        if count is not None and meta.get("name") is not None:
+            self.replicas[f"{meta.get('namespace') or 'default'}/{meta.get('name')}"] = count
         self.pod_type(
             m,
             loc,
@@ -184,6 +194,23 @@ class _Reader:
             merged,
             labels_loc=(*tloc, "template", "metadata", "labels"),
         )
+
+    @staticmethod
+    def count(kind: str, spec: dict[str, Any], loc: Loc, log: ProblemLog) -> int | None:
+        """How many pods the workload runs at once: ``replicas`` (default 1); a Job's
+        ``parallelism`` (default 1), at most its ``completions``; none for a DaemonSet (one per
+        node it runs on). At most :data:`MAX_REPLICAS` (a Kubernetes cluster's own scale)."""
+        if kind == "DaemonSet":
+            return None
+        field = "parallelism" if kind in ("Job", "CronJob") else "replicas"
+        n = f.integer(spec.get(field), (*loc, field), log, minimum=0, default=1)
+        if n is not None and n > MAX_REPLICAS:
+            log.add((*loc, field), f"must be at most {MAX_REPLICAS:,} (pods a cluster runs)", n)
+            return None
+        if n is not None and field == "parallelism" and spec.get("completions") is not None:
+            done = f.integer(spec.get("completions"), (*loc, "completions"), log, minimum=0)
+            return None if done is None else min(n, done)
+        return n
 
     def pod_type(
         self,
@@ -258,6 +285,7 @@ class _Reader:
             return
         self.types[type_id] = pt
         self.type_src[type_id] = f"{kind} in {log.file}"
+        self.spec_at[type_id] = (log.file, spec_loc)
 
     # --- after every file ------------------------------------------------------------------------
     def _resolve(self, p: _Placed) -> str | None:
@@ -322,16 +350,38 @@ class _Reader:
         )
 
 
+@dataclass(frozen=True)
+class Manifests:
+    """What the files say: the :class:`Instance`, how many pods each pod type runs at once (a bare
+    Pod 1; a DaemonSet's type absent) and the (file, key path) of each type's pod spec."""
+
+    instance: Instance
+    replicas: Mapping[str, int]
+    spec_at: Mapping[str, tuple[str, Loc]]
+
+
 def parse_manifests(texts: Sequence[tuple[str, str]]) -> Instance:
     """``[(file name, YAML text), ...]`` -> Instance; raises IRError with every problem found."""
+    return parse_workloads(texts).instance
+
+
+def parse_workloads(texts: Sequence[tuple[str, str]]) -> Manifests:
+    """:func:`parse_manifests` with the replica counts and the pod specs' places."""
     r = _Reader()
     for file, text in texts:
         r.read_text(text, file)
-    return r.finish()
+    instance = r.finish()
+    replicas = {t.id: r.replicas.get(t.id, 1) for t in instance.types if t.kind != "DaemonSet"}
+    return Manifests(instance, replicas, {t.id: r.spec_at[t.id] for t in instance.types})
 
 
 def read_manifests(paths: Sequence[str | Path]) -> Instance:
     """Read YAML files (directories: every ``*.yaml`` / ``*.yml`` inside, sorted)."""
+    return read_workloads(paths).instance
+
+
+def read_workloads(paths: Sequence[str | Path]) -> Manifests:
+    """:func:`read_manifests` with the replica counts and the pod specs' places."""
     texts: list[tuple[str, str]] = []
     problems: list[Problem] = []
     for p in paths:
@@ -347,4 +397,4 @@ def read_manifests(paths: Sequence[str | Path]) -> Instance:
             problems.extend(log.problems)
     if problems:
         raise IRError(problems)
-    return parse_manifests(texts)
+    return parse_workloads(texts)
