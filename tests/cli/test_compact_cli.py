@@ -97,3 +97,25 @@ def test_the_validation_day_runs_the_compacted_cluster_beside_the_full_one(tmp_p
     )
     bad = run_kalena(["compact", "--batch-hours", "0", "--validate"], tmp_path, timeout=120)
     assert bad.returncode == 2 and "--validate: the validation day is --batch-hours long" in bad.stderr
+
+
+def test_kubernetes_manifests_compact_no_lower_than_their_anti_affinity_allows(tmp_path: Path):
+    """redis-cache's three replicas must be on three hosts (required anti-affinity): six nodes of
+    room compact to three, never fewer, in every arm."""
+    web = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "deployability" / "k8s-manifests"
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        "".join(
+            f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: node{i}}}\n"
+            "status: {allocatable: {cpu: '16', memory: 64Gi, pods: '110'}}\n"
+            for i in range(6)
+        )
+    )
+    manifests = web / "kubernetes-website" / "assign-pod-node_redis-cache_web-server.yaml"
+    args = ["compact", "--manifests", str(nodes), "--manifests", str(manifests), "--batch-hours", "1"]
+    r = run_kalena([*args, "--trials", "3", "--workers", "1", "--json"], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)
+    assert figures["nodes"] == 6 and figures["workloads"] == 6 and figures["kuberina_paper"] is None
+    for arm in ("production", "reclaim_on", "reclaim_off"):
+        assert [t["nodes"] for t in figures[arm]["trials"]] == [3, 3, 3], arm

@@ -64,3 +64,51 @@ def test_bad_input_is_exit_2_naming_the_file_key_and_value(tmp_path: Path):
     assert str(files[1]) in r.stderr and "replicas" in r.stderr and "-1" in r.stderr
     one = run_kalena(["pack", str(files[0])], tmp_path, timeout=60)
     assert one.returncode == 2 and "expected INFRA WORKLOADS" in one.stderr
+
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+REDIS_WEB = (
+    SHARED
+    / "deployability"
+    / "k8s-manifests"
+    / "kubernetes-website"
+    / "assign-pod-node_redis-cache_web-server.yaml"
+)
+
+
+def kube_nodes(path: Path, n: int) -> Path:
+    path.write_text(
+        "".join(
+            f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: node{i}}}\n"
+            "status: {allocatable: {cpu: '4', memory: 8Gi, pods: '110'}}\n"
+            for i in range(n)
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_kubernetes_manifests_pack_with_their_required_anti_affinity(tmp_path: Path):
+    nodes = kube_nodes(tmp_path / "nodes.yaml", 3)
+    out = tmp_path / "bp.yaml"
+    args = ["pack", "--manifests", str(nodes), "--manifests", str(REDIS_WEB), "--json", "--out", str(out)]
+    r = run_kalena(args, tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)
+    assert figures["placed"] == figures["workloads"] == 6 and figures["active_nodes"] == 3
+    assert "default/redis-cache-0000" in out.read_text(encoding="utf-8")
+
+    two = kube_nodes(tmp_path / "two.yaml", 2)
+    r = run_kalena(["pack", "--manifests", str(two), "--manifests", str(REDIS_WEB)], tmp_path, timeout=60)
+    assert r.returncode == 1
+    assert (
+        "pending: default/redis-cache-0002: no node with room keeps its required pod anti-affinity"
+        in r.stdout
+    )
+
+
+def test_manifests_without_nodes_or_beside_ir_files_are_bad_input(tmp_path: Path):
+    r = run_kalena(["pack", "--manifests", str(REDIS_WEB)], tmp_path, timeout=60)
+    assert r.returncode == 2 and "no Node object" in r.stderr
+    r = run_kalena(["pack", "a.yaml", "b.yaml", "--manifests", str(REDIS_WEB)], tmp_path, timeout=60)
+    assert r.returncode == 2 and "not both" in r.stderr

@@ -19,7 +19,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from kalena.cli.fanout import JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
+from kalena.cli.fanout import MANIFESTS, JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
 from kalena.cli.screen import bad_input, command_line, progress_bar, table_console
 from kalena.core.cluster import Cluster
 from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, BatchLoad, Compaction, Trial, trial
@@ -43,11 +43,9 @@ ARM_LABELS = {
 }
 
 
-def _one(
-    infra: str, workloads: str, seed: int, fraction: float, load: BatchLoad | None, reclaim: bool
-) -> Trial:
+def _one(source: tuple[str, ...], seed: int, fraction: float, load: BatchLoad | None, reclaim: bool) -> Trial:
     """One trial in a worker process (the cluster read once per process)."""
-    return trial(worker_cluster(infra, workloads), np.random.default_rng(seed), fraction, load, reclaim)
+    return trial(worker_cluster(*source), np.random.default_rng(seed), fraction, load, reclaim)
 
 
 def _checkpoint(
@@ -69,9 +67,7 @@ def _checkpoint(
     if placed is None:
         result = pack(cluster)
         if not result.complete:
-            raise bad_input(
-                [f"{paths[1]}: production does not pack onto the cluster: {len(result.pending)} pods pending"]
-            )
+            raise bad_input([f"{paths[-1]}: production does not pack: {len(result.pending)} pods pending"])
         placed = dataclasses.replace(cluster, placement=result.placement)
     sim = Simulation(placed, SimConfig(hours=hours, seed=seed))
     with progress_bar("simulating for checkpoints", quiet) as bar:
@@ -178,22 +174,36 @@ def command(
     as_json: Annotated[
         bool, typer.Option("--json", metavar="", help="Print the figures as JSON instead of a table.")
     ] = False,
+    manifests: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--manifests",
+            help="Kubernetes YAML (Nodes and workloads; a folder: its *.yaml) instead of the IR files; "
+            "repeatable. The full cluster is the packer's placement.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Compact the cluster (Borg §5.1): remove nodes in random orders until the workload, packed
     with every hard rule kept, no longer fits; production alone, then with a simulated day's batch
     packed by reservations (reclamation on) and by requests (off)."""
-    paths = [str(p) for p in files] if files else [str(p) for p in irina_paths()]
-    if len(paths) not in (2, 3):
+    if manifests and files:
+        raise bad_input(["compact: give INFRA WORKLOADS [BLUEPRINT] or --manifests, not both"])
+    paths = [str(p) for p in manifests or files or irina_paths()]
+    if not manifests and len(paths) not in (2, 3):
         raise bad_input([f"compact: expected INFRA WORKLOADS [BLUEPRINT], got {len(paths)} files"])
+    source = (MANIFESTS, *paths) if manifests else tuple(paths[:2])
     if validate and batch_hours == 0:
         raise bad_input(["--validate: the validation day is --batch-hours long; give at least 1 (value: 0)"])
     if 0 < batch_hours < 1:
         raise bad_input([f"--batch-hours: at least one hour (one checkpoint), or 0 (value: {batch_hours:g})"])
     try:
-        cluster = worker_cluster(paths[0], paths[1])
-        placed = load_cluster(*paths) if len(paths) == 3 else None  # the blueprint's
+        cluster = worker_cluster(*source)
+        placed = load_cluster(*paths) if len(paths) == 3 and not manifests else None  # the blueprint's
     except IRError as e:
         raise bad_input([p.render() for p in e.problems]) from None
+    if not cluster.nodes:
+        raise bad_input([f"{', '.join(paths)}: no nodes to compact"])
     if out is not None:  # said before the trials, not after them
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -214,13 +224,15 @@ def command(
     arms = [("production", None, True)] + (
         [("reclaim_on", load, True), ("reclaim_off", load, False)] if load else []
     )
-    results = _run_trials(paths, arms, trials, workers, scheduler, pending_fraction, as_json)
+    results = _run_trials(source, arms, trials, workers, scheduler, pending_fraction, as_json)
     figures: dict[str, Any] = {
         "command": command_line(),
         "nodes": len(cluster.nodes),
         "workloads": len(cluster.workloads),
         "blueprint_active_nodes": baseline,
-        "kuberina_paper": {"full_packing": KUBERINA_FULL, "pareto": KUBERINA_PARETO} if not files else None,
+        "kuberina_paper": (
+            {"full_packing": KUBERINA_FULL, "pareto": KUBERINA_PARETO} if not (files or manifests) else None
+        ),
         "pending_fraction": pending_fraction,
         "checkpoint": checkpoint,
     }
@@ -260,7 +272,7 @@ def command(
 
 
 def _run_trials(
-    paths: list[str],
+    source: tuple[str, ...],
     arms: list[tuple[str, BatchLoad | None, bool]],
     trials: int,
     workers: int,
@@ -272,7 +284,7 @@ def _run_trials(
     try:
         done = run_all(
             _one,
-            [(paths[0], paths[1], s, fraction, load, reclaim) for _, s, load, reclaim in jobs],
+            [(source, s, fraction, load, reclaim) for _, s, load, reclaim in jobs],
             workers=workers,
             scheduler=scheduler,
             label="compaction trials",
@@ -280,7 +292,7 @@ def _run_trials(
         )
     except JobFailed as e:
         if isinstance(e.error, ValueError):  # the workload does not fit even a grown cluster
-            raise bad_input([f"{paths[1]}: {e.error}"]) from None
+            raise bad_input([f"{source[-1]}: {e.error}"]) from None
         raise bad_input(
             [f"trial {jobs[e.index][1]} of {jobs[e.index][0]}: the run failed ({e.error!r})"]
         ) from None

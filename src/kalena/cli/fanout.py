@@ -23,6 +23,7 @@ import typer
 from kalena.cli.screen import bad_input, progress_bar
 from kalena.core.cluster import Cluster
 from kalena.ir import load_cluster
+from kalena.manifests.cluster import read_cluster
 
 #: The two options of every sweep command.
 WorkersOpt = Annotated[int, typer.Option(help="Worker processes (0: one per CPU).", min=0)]
@@ -48,10 +49,16 @@ def _proxy(m: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
 copyreg.pickle(MappingProxyType, _proxy)  # type: ignore[arg-type]
 
 
+#: The first of :func:`worker_cluster`'s arguments when the rest are Kubernetes manifests.
+MANIFESTS = "--manifests"
+
+
 @functools.cache
 def worker_cluster(*paths: str) -> Cluster:
-    """The cluster of these IR files, read once per worker process (every job of a sweep reads
-    the same files)."""
+    """The cluster of these IR files (or of the Kubernetes manifests after :data:`MANIFESTS`),
+    read once per worker process (every job of a sweep reads the same files)."""
+    if paths and paths[0] == MANIFESTS:
+        return read_cluster(paths[1:]).cluster
     return load_cluster(*paths)
 
 

@@ -1,5 +1,9 @@
 """``kalena pack``: Infrastructure + Workloads -> a Blueprint, by the core's packer.
 
+With ``--manifests``, the cluster is read from Kubernetes YAML (:mod:`kalena.manifests.cluster`):
+its Nodes, DaemonSets (taken off each node's capacity) and workloads, unrolled to their replicas,
+whose required pod affinity, anti-affinity, node affinity and hard spread the packer keeps.
+
 Exit codes: 0 every workload placed (and the blueprint written with ``--out``); 1 some workloads
 could not be placed under the hard rules (each printed with its reason; nothing written); 2 bad
 input (one line per problem, ``FILE: KEYPATH: MESSAGE (value: VALUE)``) or an unwritable output.
@@ -26,6 +30,7 @@ from kalena.ir import IRError, load_cluster
 from kalena.ir.checks import soft_notes
 from kalena.ir.document import BlueprintDoc, MetaDoc
 from kalena.ir.write import dump_blueprint, write_text_atomic
+from kalena.manifests.cluster import read_cluster
 
 EXIT_PENDING = 1
 #: soft-rule notes printed before the rest are only counted
@@ -68,16 +73,19 @@ def command(
     as_json: Annotated[
         bool, typer.Option("--json", metavar="", help="Print the figures as JSON instead of tables.")
     ] = False,
+    manifests: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--manifests",
+            help="Kubernetes YAML (Nodes and workloads; a folder: its *.yaml) instead of INFRA WORKLOADS; "
+            "repeatable. Its required affinity, anti-affinity and hard spread are kept.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Pack production by its requests: Infrastructure + Workloads -> a Blueprint (hard rules kept,
     soft affinity reported)."""
-    paths = list(files) if files else list(irina_paths())[:2]
-    if len(paths) != 2:
-        raise bad_input([f"pack: expected INFRA WORKLOADS (two files), got {len(paths)}"])
-    try:
-        cluster = load_cluster(paths[0], paths[1])
-    except IRError as e:
-        raise bad_input([p.render() for p in e.problems]) from None
+    cluster = read_input(files, manifests)
     result = pack(cluster)
     notes = soft_notes(dataclasses.replace(cluster, placement=result.placement))
     figures = summary(cluster, result, notes)
@@ -102,6 +110,27 @@ def command(
             raise bad_input([f"{out}: cannot write the blueprint: {e.strerror or e}"]) from None
         if not as_json:
             typer.echo(f"wrote {out}")
+
+
+def read_input(files: list[Path] | None, manifests: list[Path] | None) -> Cluster:
+    """The cluster to pack: INFRA WORKLOADS, the bundled Irina, or Kubernetes manifests."""
+    if manifests:
+        if files:
+            raise bad_input(["pack: give INFRA WORKLOADS or --manifests, not both"])
+        try:
+            cluster = read_cluster(manifests).cluster
+        except IRError as e:
+            raise bad_input([p.render() for p in e.problems]) from None
+        if not cluster.nodes:
+            raise bad_input([f"{', '.join(map(str, manifests))}: no Node object: the packer needs the nodes"])
+        return cluster
+    paths = list(files) if files else list(irina_paths())[:2]
+    if len(paths) != 2:
+        raise bad_input([f"pack: expected INFRA WORKLOADS (two files), got {len(paths)}"])
+    try:
+        return load_cluster(paths[0], paths[1])
+    except IRError as e:
+        raise bad_input([p.render() for p in e.problems]) from None
 
 
 def _show(figures: dict[str, object], notes: list[str], result: PackResult) -> None:
