@@ -18,6 +18,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kalena.core.compaction import relax_large_gangs, trial
 from kalena.core.model import Taint as CoreTaint
 from kalena.core.model import Toleration as CoreToleration
 from kalena.core.model import tolerates_all
@@ -271,3 +272,32 @@ def test_every_pack_of_a_random_kubernetes_cluster_replays_and_leaves_nothing_pl
     replicas = {t.id: int(rng.integers(0, 4)) for t in inst.types}
     mc = to_cluster(Manifests(inst, replicas, {t.id: ("f.yaml", ("spec",)) for t in inst.types}))
     replays(mc, pack(mc.cluster))
+
+
+def test_compaction_makes_the_hard_rules_of_a_declaration_larger_than_half_the_cluster_soft(tmp_path: Path):
+    """Borg §5.1: four replicas that must be on four hosts, on six nodes, would hold compaction at
+    four; with more replicas than half the nodes their anti-affinity is soft there (pack keeps it)."""
+    anti = {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"app": "wide"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+    }
+    wl = tmp_path / "w.yaml"
+    wl.write_text(yaml.safe_dump(deployment("wide", 4, anti)))
+    c = read_cluster([nodes_yaml(tmp_path / "n.yaml", 6), wl]).cluster
+    assert pack(c).active_nodes == 4
+    assert trial(c, np.random.default_rng(0)).nodes == 1  # 4 cpu fit one 8-cpu node once soft
+    relaxed = relax_large_gangs(c)
+    assert all(
+        not w.required_anti_affinity and w.anti_affinity.names == {"default/wide"} for w in relaxed.workloads
+    )
+    wl.write_text(yaml.safe_dump(deployment("wide", 3, anti)))  # three is not more than half of six
+    c3 = read_cluster([nodes_yaml(tmp_path / "n.yaml", 6), wl]).cluster
+    assert relax_large_gangs(c3) is c3 and trial(c3, np.random.default_rng(0)).nodes == 3

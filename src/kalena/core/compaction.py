@@ -11,7 +11,9 @@ As Borg did, so that a handful of pathological workloads do not decide the figur
 * up to ``pending_fraction`` (0.2 %) of the workloads may stay unplaced and the workload still
   counts as fitting (they are listed in the trial: the especially constrained ones);
 * a gang with more members than half the cluster's nodes keeps its members but loses its gang
-  rules (all or nothing, one node): they are packed one by one.
+  rules (all or nothing, one node): they are packed one by one; and a declaration with more
+  replicas than half the nodes has its Kubernetes hard rules (required pod affinity and
+  anti-affinity, hard spread) made soft.
 
 **Growing.** A workload larger than the cluster (batch by its requests, say) first grows the pool
 by clones of the cluster's own nodes, in a random order of the trial's, until it fits (up to
@@ -39,7 +41,7 @@ import numpy as np
 
 from kalena.core.cluster import Cluster
 from kalena.core.ledger import tolerant_capacity
-from kalena.core.model import WorkloadSpec
+from kalena.core.model import PodTerm, Selector, WorkloadSpec
 from kalena.core.packing import PackResult, pack
 
 #: The share of workloads that may stay pending while the workload still fits (Borg §5.1 did so).
@@ -120,10 +122,39 @@ class Compaction:
 
 
 def relax_large_gangs(cluster: Cluster) -> Cluster:
-    """The cluster with every gang larger than half its nodes dropped (its members stay)."""
+    """The cluster with every gang larger than half its nodes dropped (its members stay), and the
+    Kubernetes hard rules of every declaration with more replicas than half its nodes made soft:
+    its required pod anti-affinity and affinity terms join its soft antiAffinity and affinity
+    (kept where some node allows, by node), its hard spread dropped."""
     half = len(cluster.nodes) / 2
     kept = tuple(g for g in cluster.groups if len(g.members) <= half)
-    return cluster if len(kept) == len(cluster.groups) else dataclasses.replace(cluster, groups=kept)
+    replicas: dict[str, int] = {}
+    for w in cluster.workloads:
+        replicas[w.declaration or w.id] = replicas.get(w.declaration or w.id, 0) + 1
+    large = {d for d, n in replicas.items() if n > half}
+    hard = [
+        (w.declaration or w.id) in large and bool(w.required_affinity or w.required_anti_affinity or w.spread)
+        for w in cluster.workloads
+    ]
+    if len(kept) == len(cluster.groups) and not any(hard):
+        return cluster
+    workloads = tuple(_soft(w) if h else w for w, h in zip(cluster.workloads, hard, strict=True))
+    return dataclasses.replace(cluster, groups=kept, workloads=workloads)
+
+
+def _soft(w: WorkloadSpec) -> WorkloadSpec:
+    def union(soft: Selector, terms: Sequence[PodTerm]) -> Selector:
+        # the terms name their targets (a shell resolved their labels); a soft selector is one set
+        return Selector(frozenset().union(soft.names, *(t.selector.names for t in terms)), soft.match_labels)
+
+    return dataclasses.replace(
+        w,
+        affinity=union(w.affinity, w.required_affinity),
+        anti_affinity=union(w.anti_affinity, w.required_anti_affinity),
+        required_affinity=(),
+        required_anti_affinity=(),
+        spread=(),
+    )
 
 
 def budget(cluster: Cluster, pending_fraction: float = PENDING_FRACTION, extra: int = 0) -> int:
