@@ -120,54 +120,54 @@ class _Hard:
     def __init__(self, packer: _Packer, cluster: Cluster) -> None:
         self.p = packer
         w = len(packer.workloads)
+        ruled = [
+            i
+            for i, x in enumerate(packer.workloads)
+            if x.required_affinity or x.required_anti_affinity or x.spread
+        ]
         self._targets: dict[tuple[object, ...], np.ndarray] = {}
         self._domains: dict[str, tuple[np.ndarray, int]] = {}
         self.cluster = cluster
         #: per anti-affinity term (one per declaration, selector and key): its owners, its targets
         #: as (W,) bool and its key; and per workload, the terms whose targets hold it
         terms: dict[tuple[object, ...], tuple[list[int], Selector, str]] = {}
-        for i, x in enumerate(packer.workloads):
+        for i in ruled:  # (an IR cluster has none: these loops then cost nothing)
+            x = packer.workloads[i]
             for term in x.required_anti_affinity:
                 k = (x.declaration or x.id, _selector_key(term.selector), term.topology_key)
                 terms.setdefault(k, ([], term.selector, term.topology_key))[0].append(i)
         self.anti_terms = [
             (np.array(owners, dtype=np.int64), self.targets(sel), key) for owners, sel, key in terms.values()
         ]
-        self.anti_named: list[list[int]] = [[] for _ in range(w)]
+        self.anti_named: dict[int, list[int]] = {}
         for t, (_, targets, _) in enumerate(self.anti_terms):
             for j in np.flatnonzero(targets).tolist():
-                self.anti_named[j].append(t)
+                self.anti_named.setdefault(j, []).append(t)
         # the affinity terms naming each workload (one per declaration and key), so that a target
         # is placed where the workloads that must follow it can go
         followers: dict[tuple[object, ...], tuple[int, str, np.ndarray]] = {}
-        for i, x in enumerate(packer.workloads):
+        for i in ruled:
+            x = packer.workloads[i]
             for term in x.required_affinity:
                 k = (x.declaration or x.id, term.topology_key)
                 if k not in followers:
                     followers[k] = (i, term.topology_key, self.targets(term.selector))
         self.follow_terms = list(followers.values())
-        self.followed_by: list[list[int]] = [[] for _ in range(w)]
+        self.followed_by: dict[int, list[int]] = {}
         for t, (_, _, targets) in enumerate(self.follow_terms):
             for j in np.flatnonzero(targets).tolist():
-                self.followed_by[j].append(t)
+                self.followed_by.setdefault(j, []).append(t)
         self._follow_cost: dict[int, np.ndarray] = {}
         self._witnesses: dict[tuple[object, ...], np.ndarray] = {}
-        self.active = [
-            bool(
-                x.required_affinity
-                or x.required_anti_affinity
-                or x.spread
-                or self.anti_named[i]
-                or self.followed_by[i]
-            )
-            for i, x in enumerate(packer.workloads)
-        ]
+        self.active = [False] * w
+        for i in (*ruled, *self.anti_named, *self.followed_by):
+            self.active[i] = True
 
     def follow_cost(self, members: Sequence[int]) -> np.ndarray:
         """Per node: the affinity terms naming ``members`` whose owner could not follow there (no
         node of the node's domain admits the owner's nodeSelector, node affinity and taints)."""
         cost = np.zeros(len(self.p.nodes), dtype=np.int64)
-        for t in {t for i in members for t in self.followed_by[i]}:
+        for t in {t for i in members for t in self.followed_by.get(i, ())}:
             hit = self._follow_cost.get(t)
             if hit is None:
                 owner, key, _ = self.follow_terms[t]
@@ -248,12 +248,12 @@ class _Hard:
         anti = np.ones(len(self.p.nodes), dtype=bool)
         for term in x.required_anti_affinity:
             anti &= ~self._near(self.targets(term.selector), term.topology_key)
-        for t in self.anti_named[i]:
+        for t in self.anti_named.get(i, ()):
             owners, _, key = self.anti_terms[t]
             placed = np.zeros(len(self.p.workloads), dtype=bool)
             placed[owners] = True
             anti &= ~self._near(placed, key)
-        if x.required_anti_affinity or self.anti_named[i]:
+        if x.required_anti_affinity or i in self.anti_named:
             out.append(("required pod anti-affinity", anti))
         if x.spread:
             keyed = np.logical_and.reduce([self.domains(c.topology_key)[0] >= 0 for c in x.spread])
@@ -331,6 +331,7 @@ class _Packer:
         self.load = np.zeros((len(self.req), n, len(DIMS)))
         self.count = np.zeros(n, dtype=np.int64)
         self.max_pods = np.array([math.inf if nd.max_pods is None else nd.max_pods for nd in self.nodes])
+        self.pod_bound = bool(np.isfinite(self.max_pods).any())
         self.where = np.full(w, -1, dtype=np.int64)
         self.steps: dict[int, None] = {}  # placed workloads in placement order
         self.targets = _Targets(cluster, self.index, w)
@@ -378,11 +379,8 @@ class _Packer:
     def fits(self, request: np.ndarray, mask: np.ndarray, pods: int = 1) -> np.ndarray:
         """Where ``request`` (L, 8) keeps every ledger within capacity and ``pods`` more stay within
         the node's pod count."""
-        return (
-            mask
-            & (self.count + pods <= self.max_pods)
-            & fits_mask(request[:, None, :], self.load, self.cap_tol).all(axis=0)
-        )
+        ok = mask & fits_mask(request[:, None, :], self.load, self.cap_tol).all(axis=0)
+        return ok & (self.count + pods <= self.max_pods) if self.pod_bound else ok
 
     # the soft rules ------------------------------------------------------------------------------------
     def soft_cost(self, members: Sequence[int]) -> np.ndarray:
@@ -459,14 +457,13 @@ class _Packer:
     def place_one(self, i: int, group_selector: Mapping[str, str]) -> str | None:
         w, r = self.workloads[i], self.req[:, i]
         mask = self.static_mask(w, group_selector)
-        feasible = self.fits(r, mask)
+        fit = feasible = self.fits(r, mask)
         rules = self.hard.mask(i) if self.hard.active[i] else []
         for _, ok in rules:
             feasible = feasible & ok
         node = self.choose(r, feasible, (i,))
         if node is None:
-            fit = self.fits(r, mask)
-            if not fit.any():
+            if not rules or not fit.any():
                 return self.why_not(r, mask)
             broken = " and ".join(name for name, ok in rules if not (fit & ok).any())
             return (
@@ -496,7 +493,7 @@ class _Packer:
             r = self.req[:, i]
             if key is not None and key == last_key and last_node >= 0:
                 row = slice(last_node, last_node + 1)
-                room = self.count[last_node] < self.max_pods[last_node]
+                room = not self.pod_bound or self.count[last_node] < self.max_pods[last_node]
                 if room and fits_mask(r[:, None, :], self.load[:, row], self.cap_tol[row]).all():
                     self.put((i,), last_node)
                     continue
