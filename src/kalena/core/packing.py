@@ -172,7 +172,7 @@ class _Hard:
             if hit is None:
                 owner, key, _ = self.follow_terms[t]
                 ids, n_dom = self.domains(key)
-                static = self.p.static_mask(self.p.workloads[owner], {}) & (ids >= 0)
+                static = self.p.mask_of(owner) & (ids >= 0)
                 admits = np.zeros(n_dom + 1, dtype=bool)  # the last slot: nodes without the key
                 admits[ids[static]] = True
                 hit = self._follow_cost[t] = (~admits[ids]).astype(np.int64)
@@ -337,6 +337,7 @@ class _Packer:
         self.targets = _Targets(cluster, self.index, w)
         t = self.targets
         self._static: dict[tuple[object, ...], np.ndarray] = {}
+        self._key_of: list[tuple[object, ...] | None] = [None] * w
         self.hard = _Hard(self, cluster)
         #: workloads no rule ties to others (batch, most production)
         self.lonely = [not (t.aff[i] or t.anti[i] or t.anti_of[i] or self.hard.active[i]) for i in range(w)]
@@ -362,8 +363,21 @@ class _Packer:
             dtype=bool,
         )
 
-    def static_mask(self, w: WorkloadSpec, group_selector: Mapping[str, str]) -> np.ndarray:
-        key = self.static_key(w, group_selector)
+    def key_of(self, i: int) -> tuple[object, ...]:
+        """Workload ``i``'s :meth:`static_key` outside a gang (worked out once per workload)."""
+        key = self._key_of[i]
+        if key is None:
+            key = self._key_of[i] = self.static_key(self.workloads[i], {})
+        return key
+
+    def mask_of(self, i: int) -> np.ndarray:
+        """:meth:`static_mask` of workload ``i`` outside a gang."""
+        return self.static_mask(self.workloads[i], {}, self.key_of(i))
+
+    def static_mask(
+        self, w: WorkloadSpec, group_selector: Mapping[str, str], key: tuple[object, ...] | None = None
+    ) -> np.ndarray:
+        key = self.static_key(w, group_selector) if key is None else key
         mask = self._static.get(key)
         if mask is None:
             mask = self.selector_mask(w) & np.array(
@@ -455,8 +469,8 @@ class _Packer:
 
     # placing -------------------------------------------------------------------------------------------
     def place_one(self, i: int, group_selector: Mapping[str, str]) -> str | None:
-        w, r = self.workloads[i], self.req[:, i]
-        mask = self.static_mask(w, group_selector)
+        r = self.req[:, i]
+        mask = self.static_mask(self.workloads[i], group_selector) if group_selector else self.mask_of(i)
         fit = feasible = self.fits(r, mask)
         rules = self.hard.mask(i) if self.hard.active[i] else []
         for _, ok in rules:
@@ -477,7 +491,7 @@ class _Packer:
         and its rows in every ledger), or None when soft rules tie it to others."""
         if not self.lonely[i]:
             return None
-        return (self.static_key(self.workloads[i], {}), self.req[:, i].tobytes())
+        return (self.key_of(i), self.req[:, i].tobytes())
 
     def place_rest(self, order: list[int], pending: list[tuple[int, str]], limit: float) -> None:
         """The workloads outside gangs, one by one in ``order``, with two shortcuts that change
@@ -498,7 +512,7 @@ class _Packer:
                     self.put((i,), last_node)
                     continue
             if key is not None and key in unfit:
-                why: str | None = self.why_not(r, self.static_mask(self.workloads[i], {}))
+                why: str | None = self.why_not(r, self.mask_of(i))
             else:
                 why = self.place_one(i, {})
             if why is None:
@@ -612,7 +626,11 @@ def pack(
     if rest.size:
         ids = np.array([p.workloads[i].id for i in rest.tolist()], dtype=object)
         # the most constrained first (fewest nodes their selector and taints allow), then the largest
-        room = np.array([int(p.static_mask(p.workloads[i], {}).sum()) for i in rest.tolist()])
+        rooms: dict[tuple[object, ...], int] = {}
+        for i in rest.tolist():
+            if p.key_of(i) not in rooms:
+                rooms[p.key_of(i)] = int(p.mask_of(i).sum())
+        room = np.array([rooms[p.key_of(i)] for i in rest.tolist()])
         follows = np.array([bool(p.workloads[i].required_affinity) for i in rest.tolist()])
         p.place_rest(rest[np.lexsort((ids, -sizes(rest), room, follows))].tolist(), pending, limit)
     names = [nd.name for nd in p.nodes]
@@ -632,11 +650,12 @@ def _soft_broken(p: _Packer) -> int:
     on its node) and its affinity (none of its targets on its node), as soft_notes counts."""
     broken = 0
     for i in np.flatnonzero(p.where >= 0).tolist():
+        anti, aff = p.targets.anti[i], p.targets.aff[i]
+        if not (anti or aff):  # most workloads: no soft rule of their own
+            continue
         node = p.where[i]
-        anti = p.where[p.targets.anti[i]] if p.targets.anti[i] else np.zeros(0, dtype=np.int64)
-        if (anti == node).any():
+        if anti and (p.where[anti] == node).any():
             broken += 1
-        aff = p.targets.aff[i]
         if aff and not (p.where[aff] == node).any():
             broken += 1
     return broken
