@@ -49,7 +49,9 @@ import numpy as np
 
 from kalena.core.cluster import Cluster, Group
 from kalena.core.ledger import fits_mask, tolerant_capacity
-from kalena.core.model import PodTerm, Selector, WorkloadSpec, selector_matches, tolerates_all
+from kalena.core.model import PodTerm, Selector, WorkloadSpec
+from kalena.core.placement.nodeindex import NodeIndex
+from kalena.core.placement.topology import spread_ok
 from kalena.core.resources import DIMS
 
 
@@ -126,7 +128,6 @@ class _Hard:
             if x.required_affinity or x.required_anti_affinity or x.spread
         ]
         self._targets: dict[tuple[object, ...], np.ndarray] = {}
-        self._domains: dict[str, tuple[np.ndarray, int]] = {}
         self.cluster = cluster
         #: per anti-affinity term (one per declaration, selector and key): its owners, its targets
         #: as (W,) bool and its key; and per workload, the terms whose targets hold it
@@ -192,27 +193,13 @@ class _Hard:
 
     def domains(self, key: str) -> tuple[np.ndarray, int]:
         """Each node's domain id for ``key`` (-1: the node lacks it) and the number of domains."""
-        hit = self._domains.get(key)
-        if hit is None:
-            names: dict[str, int] = {}
-            ids = np.array(
-                [
-                    -1 if (v := nd.topology_value(key)) is None else names.setdefault(v, len(names))
-                    for nd in self.p.nodes
-                ],
-                dtype=np.int64,
-            )
-            hit = self._domains[key] = (ids, len(names))
-        return hit
+        return self.p.node_index.domains(key)
 
-    def _counts(self, members: np.ndarray, key: str, on: np.ndarray | None = None) -> np.ndarray:
-        """Placed ``members`` (W,) bool per domain of ``key`` (only on nodes ``on``, if given)."""
+    def _counts(self, members: np.ndarray, key: str) -> np.ndarray:
+        """Placed ``members`` (W,) bool per domain of ``key``."""
         ids, count = self.domains(key)
         nodes = self.p.where[members]
-        nodes = nodes[nodes >= 0]
-        if on is not None:
-            nodes = nodes[on[nodes]]
-        d = ids[nodes]
+        d = ids[nodes[nodes >= 0]]
         return np.bincount(d[d >= 0], minlength=count)
 
     def _near(self, members: np.ndarray, key: str) -> np.ndarray:
@@ -261,12 +248,8 @@ class _Hard:
                 ids, n_dom = self.domains(c.topology_key)
                 eligible = keyed & self.policy_mask(x, c.node_affinity_policy, c.node_taints_policy)
                 members = self.targets(c.selector)
-                counts = self._counts(members, c.topology_key, on=eligible)
-                present = np.zeros(n_dom, dtype=bool)
-                present[ids[eligible]] = True
-                gmin = int(counts[present].min()) if present.sum() >= c.min_domains and present.any() else 0
-                own = np.where(ids >= 0, counts[np.maximum(ids, 0)], 0)
-                ok = (ids >= 0) & (own + int(members[i]) - gmin <= c.max_skew)
+                placed = self.p.where[members]
+                ok, _, _ = spread_ok(c, ids, n_dom, eligible, placed[placed >= 0], bool(members[i]))
                 out.append((f"topology spread on {c.topology_key} (maxSkew {c.max_skew})", ok))
         return out
 
@@ -276,7 +259,7 @@ class _Hard:
         if affinity == "Honor":
             ok &= self.p.selector_mask(x)
         if taints == "Honor":
-            ok &= np.array([tolerates_all(x.tolerations, nd.taints) for nd in self.p.nodes], dtype=bool)
+            ok &= self.p.node_index.toleration_mask(x.tolerations)
         return ok
 
 
@@ -306,6 +289,7 @@ class _Packer:
         reasons: bool = True,
     ) -> None:
         self.nodes = cluster.nodes
+        self.node_index = NodeIndex(self.nodes)
         self.reasons = reasons
         n = len(self.nodes)
         if not 0.0 < cap_fraction <= 1.0:
@@ -354,14 +338,10 @@ class _Packer:
 
     def selector_mask(self, w: WorkloadSpec) -> np.ndarray:
         """Where the nodeSelector and the required node affinity hold."""
-        return np.array(
-            [
-                selector_matches(w.node_selector, nd.labels)
-                and (w.node_names is None or nd.name in w.node_names)
-                for nd in self.nodes
-            ],
-            dtype=bool,
-        )
+        mask = self.node_index.selector_mask(w.node_selector)
+        if w.node_names is not None:
+            mask = mask & np.fromiter((nd.name in w.node_names for nd in self.nodes), bool, len(self.nodes))
+        return mask
 
     def key_of(self, i: int) -> tuple[object, ...]:
         """Workload ``i``'s :meth:`static_key` outside a gang (worked out once per workload)."""
@@ -380,12 +360,10 @@ class _Packer:
         key = self.static_key(w, group_selector) if key is None else key
         mask = self._static.get(key)
         if mask is None:
-            mask = self.selector_mask(w) & np.array(
-                [
-                    selector_matches(group_selector, nd.labels) and tolerates_all(w.tolerations, nd.taints)
-                    for nd in self.nodes
-                ],
-                dtype=bool,
+            mask = (
+                self.selector_mask(w)
+                & self.node_index.selector_mask(group_selector)
+                & self.node_index.toleration_mask(w.tolerations)
             )
             self._static[key] = mask
         return mask & self.allowed
