@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from kalena.core.cluster import Cluster
 from kalena.data import irina_paths
 from kalena.ir import DocumentSet, build_cluster, dump_document, parse_document, read_document, to_v1
+from kalena.ir import write as _ir_write
 from kalena.ir.write import number, scalar, write_text_atomic
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kuberina"
@@ -289,3 +290,19 @@ def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path):
     write_text_atomic(target, "new\n")
     assert target.read_text() == "new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.yaml"]
+
+
+def test_an_atomic_write_gives_a_new_file_the_umasks_mode_and_keeps_a_replaced_ones(tmp_path):
+    """The staging file is 0600 (mkstemp); what lands is what ``open`` would have made."""
+    import stat
+
+    new = tmp_path / "report.html"
+    write_text_atomic(new, "x")
+    made = tmp_path / "made.html"
+    made.write_text("x")  # open()'s own mode under this process's umask
+    assert stat.S_IMODE(new.stat().st_mode) == stat.S_IMODE(made.stat().st_mode) == 0o666 & ~_ir_write._UMASK
+    kept = tmp_path / "private.yaml"
+    kept.write_text("a")
+    kept.chmod(0o600)
+    write_text_atomic(kept, "b")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600 and kept.read_text() == "b"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -225,10 +226,28 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     write_files_atomic({Path(path): text})
 
 
+def _process_umask() -> int:
+    mask = os.umask(0o022)  # read by setting it back: read once, at import (single-threaded then)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _process_umask()
+
+
+def _mode_for(target: Path) -> int:
+    """The mode a new file would get (``0666`` less the umask); a file replaced keeps its own."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_UMASK
+
+
 def write_files_atomic(files: Mapping[Path, str | bytes], remove: Iterable[Path] = ()) -> None:
     """Write every file, or none: each is staged complete (written and synced) beside its target
     first, and only when all are staged are they renamed into place; then ``remove`` (stale
-    outputs of an earlier run) is deleted.
+    outputs of an earlier run) is deleted. A new file gets the mode ``open`` would give it (the
+    staging file's own ``0600`` is not kept); a replaced one keeps its mode.
 
     A failure while staging removes what was staged and raises ``OSError`` whose ``filename`` is
     the target given, never a temporary name. The renames themselves do not fail on one file system
@@ -244,6 +263,7 @@ def write_files_atomic(files: Mapping[Path, str | bytes], remove: Iterable[Path]
             staged.append((tmp, target))
             data = content.encode("utf-8") if isinstance(content, str) else content
             try:
+                os.fchmod(fd, _mode_for(target))
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                     f.flush()
