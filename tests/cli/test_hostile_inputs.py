@@ -5,7 +5,8 @@ working folder: the command must exit 2 with every line of its answer naming the
 traceback, and write nothing. ``yaml/`` holds what every YAML reader must survive (alias bombs,
 cycles, deep nesting, bytes that are not UTF-8, NUL, binary, empty files, a folder, an integer of
 5,000 digits); ``ir/``, ``agent/`` and ``manifests/`` hold what only that reader reads (numbers
-beyond any bound, ``null`` quantities, replica counts, misspelled fields, wrong types).
+beyond any bound, ``null`` quantities, replica counts, misspelled fields, wrong types). The
+manifests are read twice: by ``kalena deployable`` and by ``kalena pack --manifests``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ COMMANDS = {
     "ir": ["ir", "validate"],
     "agent": ["agent", "validate"],
     "manifests": ["deployable", "--pod", "web", "--node", "n1", "--cluster"],
+    "pack-manifests": ["pack", "--manifests"],
 }
+#: the corpus folder of a command that reads another command's files
+FOLDER = {"pack-manifests": "manifests"}
 
 
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -35,7 +39,7 @@ def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 def _cases() -> list[tuple[str, Path]]:
     out = []
     for reader in COMMANDS:
-        for folder in ("yaml", reader):
+        for folder in ("yaml", FOLDER.get(reader, reader)):
             out.extend((reader, p) for p in sorted((CORPUS / folder).iterdir()))
     return out
 

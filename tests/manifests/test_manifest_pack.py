@@ -211,6 +211,12 @@ def test_what_the_packer_cannot_model_is_refused_naming_the_file_and_key(tmp_pat
         read_cluster([wl])
     assert "spec.replicas" in e.value.problems[0].render()
 
+    # within the bound one by one, beyond it together (read, but never unrolled)
+    wl.write_text(yaml.safe_dump_all([deployment("x", MAX_REPLICAS, {}), deployment("y", 1, {})]))
+    with pytest.raises(IRError) as e:
+        read_cluster([wl])
+    assert f"pods in all, more than {MAX_REPLICAS:,}" in e.value.problems[0].render()
+
 
 def _pod(name: str) -> dict:
     return {

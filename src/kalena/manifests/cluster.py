@@ -55,7 +55,7 @@ from kalena.deployability.model import (
 )
 from kalena.ir.document import replica_names
 from kalena.ir.errors import IRError, Problem, key_path
-from kalena.manifests.load import Manifests, read_workloads
+from kalena.manifests.load import MAX_REPLICAS, Manifests, read_workloads
 
 GIB = float(2**30)
 #: Kubernetes resource name -> (core dimension, scale from the reader's integer units)
@@ -155,9 +155,28 @@ def _unmodelled(m: Manifests) -> list[Problem]:
     return out
 
 
+def _too_many(m: Manifests) -> list[Problem]:
+    """More pods in all than a Kubernetes cluster runs (each is a row in memory), named at the
+    largest workload."""
+    total = sum(m.replicas.values())
+    if total <= MAX_REPLICAS:
+        return []
+    big = max(m.replicas, key=lambda t: m.replicas[t])
+    file, loc = m.spec_at[big]
+    return [
+        Problem(
+            file,
+            key_path(loc),
+            f"its {m.replicas[big]:,} pods bring the manifests to {total:,} pods in all, more than "
+            f"{MAX_REPLICAS:,} (a Kubernetes cluster's own limit)",
+            big,
+        )
+    ]
+
+
 def to_cluster(m: Manifests) -> ManifestCluster:
     """The cluster of already-read manifests (module docstring)."""
-    problems = _unmodelled(m)
+    problems = _unmodelled(m) + _too_many(m)
     if problems:
         raise IRError(problems)
     inst = m.instance
