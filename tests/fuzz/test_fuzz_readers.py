@@ -24,6 +24,8 @@ from kalena.agent.declaration import DeclarationError, read_declaration
 from kalena.data import irina_paths
 from kalena.ir import IRError, parse_document
 from kalena.manifests import parse_manifests
+from kalena.manifests.cluster import to_cluster
+from kalena.manifests.load import parse_workloads
 
 pytestmark = pytest.mark.fuzz
 
@@ -166,5 +168,6 @@ _REAL = sorted(MANIFESTS.rglob("*.yaml")) if MANIFESTS.is_dir() else []
 def test_the_manifest_reader_answers_every_mutation_of_real_manifests(text):
     try:
         parse_manifests([(FILE, text)])
+        to_cluster(parse_workloads([(FILE, text)]))  # what kalena pack --manifests reads
     except IRError as e:
         _named(e.problems)
