@@ -358,3 +358,20 @@ def test_lists_come_from_the_watch_cache_and_an_expired_version_is_listed_afresh
     cp.core.create_namespaced_pod(ns, pod("seen", "100m"))  # and the cache follows the cluster
     sched.sync()
     assert f"{ns}/seen" in {v.spec.id for v in sched.view()[2]}
+
+
+def test_a_production_pods_required_anti_affinity_keeps_the_batch_it_selects_away(cluster):
+    cp, ns, a, b, selector = cluster
+    prod = pod("db", "1", node=a, scheduler="default-scheduler")
+    term = {"labelSelector": {"matchLabels": {"app": "noisy"}}, "topologyKey": "kubernetes.io/hostname"}
+    prod["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    cp.core.create_namespaced_pod(ns, prod)
+    for name in ("noisy", "quiet"):
+        p = pod(name, "500m")
+        p["metadata"]["labels"] = {"app": name}
+        cp.core.create_namespaced_pod(ns, p)
+    sched = Scheduler(cp.core, node_selector=selector, log=lambda _line: None)
+    sched.sync()
+    r = sched.pass_once()
+    # both fit either node; the co-location score would put both beside production on a
+    assert r.bound == {f"{ns}/noisy": b, f"{ns}/quiet": a}, r.pending

@@ -9,7 +9,8 @@ the tables until the next one.
 The view (:meth:`ClusterCache.view`): the Ready, schedulable nodes (narrowed by a label selector
 to Kalena's), every bound pod that has not finished (pods of Kalena's ``schedulerName`` as
 batch, bound or not: that is the opt-in), the pending pods of that name, and the images each
-node holds. Each object is read once: every event brings a new object, so what was read of an
+node holds; a bound production pod's required anti-affinity terms are resolved to the batch
+pods they select (:mod:`kalena.k8s.affinity`). Each object is read once: every event brings a new object, so what was read of an
 object still in the tables holds. The ledger (:meth:`ClusterCache.ledger`) is the core's
 ``observed_ledger`` over the view with the fresh reports' reservations. A node, pod or report
 left out is said once through ``log``, and again when the reason changes.
@@ -36,6 +37,8 @@ from kalena.core.ledger.observed import observed_ledger
 from kalena.core.messages import MessageError, ReservationReport
 from kalena.core.model import NodeSpec, WorkloadSpec
 from kalena.core.resources import Resources
+from kalena.deployability.model import PodAffinityTerm
+from kalena.k8s.affinity import bind_batch
 from kalena.k8s.objects import PodView, node_ready, node_spec, pod_view
 from kalena.k8s.reports import GROUP, PLURAL, STALE_AFTER_S, VERSION, read_report, reservations_from
 
@@ -246,6 +249,7 @@ class ClusterCache:
         names = {n.name for n in nodes}
         residents: list[tuple[WorkloadSpec, str]] = []
         pending: list[PodView] = []
+        anti: dict[str, tuple[PodAffinityTerm, ...]] = {}
         pod_memo: dict[int, tuple[dict[str, Any], PodView]] = {}
         for raw in pods_raw:
             got = self._pod_memo.get(id(raw))
@@ -259,9 +263,13 @@ class ClusterCache:
             if v.node:
                 if v.node in names:
                     residents.append((v.spec, v.node))
+                    if v.anti_affinity:
+                        anti[v.spec.id] = v.anti_affinity
             elif v.scheduler == self.name and not (raw.get("metadata") or {}).get("deletionTimestamp"):
                 pending.append(v)
         self._node_memo, self._pod_memo = node_memo, pod_memo  # only what the tables still hold
+        if anti:  # production's required anti-affinity binds the batch too (kalena.k8s.affinity)
+            residents = bind_batch(residents, [v.spec for v in pending], anti)
         return sorted(nodes, key=lambda n: n.name), residents, pending, images
 
     def _say_problems(self, who: str, problems: list[str]) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from kalena.core.classify import classify
 from kalena.core.model import NodeSpec, Taint, Tier, Toleration, WorkloadSpec
+from kalena.deployability.model import PodAffinityTerm
 from kalena.ir.errors import ProblemLog
 from kalena.manifests import fields as f
 from kalena.manifests.cluster import DIMENSIONS, ZONE, core_resources
@@ -81,6 +82,8 @@ class PodView:
     phase: str
     problems: tuple[str, ...] = ()
     unsupported: tuple[str, ...] = ()
+    #: its required pod anti-affinity terms as read (a production pod's bind Kalena's batch)
+    anti_affinity: tuple[PodAffinityTerm, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -144,6 +147,7 @@ def pod_view(
         str((pod.get("status") or {}).get("phase") or "Pending"),
         tuple(problems),
         tuple(unsupported) if tier is Tier.BATCH else (),
+        parts.anti_affinity,
     )
 
 

@@ -2,7 +2,8 @@
 
 Production anti-affinity (seed 000 §4.1, "binding on Kalena"): a resident production workload
 ``p`` on node ``m`` whose anti-affinity selector matches batch pod ``b`` blocks every node in
-``m``'s domain of ``p``'s topology key (key ``""``: ``m`` itself). Production never moves, so the
+``m``'s domain of ``p``'s topology key (key ``""``: ``m`` itself); so does each of ``p``'s required
+anti-affinity terms (Kubernetes', a shell's names for the pods it selects). Production never moves, so the
 blocked-node masks are built once per ledger, grouped by (selector, key); per pod only the
 groups whose selector matches it are OR-ed (label groups memoised by the pod's label set, name
 groups found through a name -> groups dict).
@@ -44,11 +45,14 @@ class ProductionAntiAffinity:
         rows = ledger.row_arrays()
         for row in range(ledger.production_count):
             spec = rows.specs[row]
-            if spec is None or spec.anti_affinity.is_empty():
+            if spec is None:
                 continue
-            key = (*_selector_key(spec.anti_affinity), spec.anti_affinity_topology_key)
-            entry = groups.setdefault(key, (spec.anti_affinity, spec.anti_affinity_topology_key, []))
-            entry[2].append(int(rows.node[row]))
+            terms = [(t.selector, t.topology_key) for t in spec.required_anti_affinity]
+            if not spec.anti_affinity.is_empty():
+                terms.append((spec.anti_affinity, spec.anti_affinity_topology_key))
+            for sel, topo in terms:
+                entry = groups.setdefault((*_selector_key(sel), topo), (sel, topo, []))
+                entry[2].append(int(rows.node[row]))
         self._masks: list[np.ndarray] = []
         self._by_name: dict[str, list[int]] = {}
         self._by_labels: list[tuple[Mapping[str, str], int]] = []
