@@ -10,10 +10,11 @@ The view (:meth:`ClusterCache.view`): the Ready, schedulable nodes (narrowed by 
 to Kalena's), every bound pod that has not finished (pods of Kalena's ``schedulerName`` as
 batch, bound or not: that is the opt-in), the pending pods of that name, and the images each
 node holds; a bound production pod's required anti-affinity terms are resolved to the batch
-pods they select (:mod:`kalena.k8s.affinity`). Each object is read once: every event brings a new object, so what was read of an
-object still in the tables holds. The ledger (:meth:`ClusterCache.ledger`) is the core's
-``observed_ledger`` over the view with the fresh reports' reservations. A node, pod or report
-left out is said once through ``log``, and again when the reason changes.
+pods they select (:mod:`kalena.k8s.affinity`). Each object is read once: every event brings a
+new object, so what was read of an object still in the tables holds. The ledger
+(:meth:`ClusterCache.ledger`) is the core's ``observed_ledger`` over the view with the fresh
+reports' reservations. A node, pod or report left out is said once through ``log``, and again
+when the reason changes.
 """
 
 from __future__ import annotations
