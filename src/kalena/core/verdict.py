@@ -45,6 +45,8 @@ class ReasonCode(enum.Enum):
     # ledger
     STALE_EPOCH = "stale-epoch"
     RESTORATION_VIOLATION = "restoration-violation"
+    # placement filters, later
+    EXISTING_ANTI_AFFINITY = "existing-anti-affinity"  # a placed batch pod's required term selects it
 
 
 @dataclass(frozen=True, slots=True)

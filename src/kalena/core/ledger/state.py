@@ -100,6 +100,8 @@ class Ledger:
         # built on the first selector question, then kept per add and drop: a cluster shell's
         # ledger of one pass is often never asked one (no affinity, no spread), so it never pays
         self._index: ResidentIndex | None = None
+        #: batch rows whose workload has required anti-affinity terms (Kubernetes'), in add order
+        self._anti_rows: dict[int, None] = {}
         self._request_sum = np.zeros((n, NDIM))
         self._reservation_sum = np.zeros((n, NDIM))
         self._batch_count = np.zeros(n, dtype=np.int64)
@@ -280,6 +282,18 @@ class Ledger:
         """Node index of every resident workload ``selector`` matches (with repeats)."""
         return self._rows.node[self.matching_rows(selector)]
 
+    def batch_anti_terms(self) -> list[tuple[int, Selector, str]]:
+        """``(node, selector, topology key)`` of every resident batch workload's required
+        anti-affinity term (Kubernetes' symmetric rule binds the pods they select)."""
+        out = []
+        for row in self._anti_rows:
+            spec = self._rows.specs[row]
+            assert spec is not None
+            out.extend(
+                (int(self._rows.node[row]), t.selector, t.topology_key) for t in spec.required_anti_affinity
+            )
+        return out
+
     def recompute(self) -> Sums:
         """Every per-node sum from scratch over the rows (the invariant check's yardstick)."""
         rs = self._rows
@@ -439,8 +453,10 @@ class Ledger:
         np.add.at(self._reservation_sum, where, res)
         if is_batch:
             np.add.at(self._batch_count, where, 1)
-            for spec in specs:
+            for row, spec in zip(rows.tolist(), specs, strict=True):
                 self._ns_running[spec.namespace] = self._ns_running.get(spec.namespace, 0) + 1
+                if spec.required_anti_affinity:
+                    self._anti_rows[row] = None
         else:
             np.add.at(self._request_sum, where, req)
             np.add.at(self._service_count, where, 1)
@@ -458,6 +474,8 @@ class Ledger:
         if is_batch:
             self._batch_count[n] += 1
             self._ns_running[spec.namespace] = self._ns_running.get(spec.namespace, 0) + 1
+            if spec.required_anti_affinity:
+                self._anti_rows[row] = None
         else:
             self._request_sum[n] += req
             self._service_count[n] += 1
@@ -483,6 +501,7 @@ class Ledger:
             del self._ns_running[spec.namespace]
         if self._index is not None:
             self._index.remove(row, spec)
+        self._anti_rows.pop(row, None)
         self._rows.remove(row)
         self._sum_bins[row] = self._spill
         if row < self._production:

@@ -131,11 +131,15 @@ class NodeSelector:
     monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
-        if not pod.node_selector:
+        if not pod.node_selector and pod.node_names is None:
             return None
-        return MaskCheck(
-            state.nodes.selector_mask(pod.node_selector), (Reason(ReasonCode.NODE_SELECTOR_MISMATCH),)
-        )
+        return MaskCheck(node_rule_mask(pod, state), (Reason(ReasonCode.NODE_SELECTOR_MISMATCH),))
+
+
+def node_rule_mask(pod: WorkloadSpec, state: PassState) -> np.ndarray:
+    """Where the pod's nodeSelector and its required node affinity (resolved to names) hold."""
+    mask = state.nodes.selector_mask(pod.node_selector)
+    return mask if pod.node_names is None else mask & state.nodes.names_mask(pod.node_names)
 
 
 class TaintToleration:
@@ -290,13 +294,37 @@ class OwnAntiAffinity:
     monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
-        if pod.anti_affinity.is_empty():
+        terms = [(t.selector, t.topology_key) for t in pod.required_anti_affinity]
+        if not pod.anti_affinity.is_empty():
+            terms.append((pod.anti_affinity, pod.anti_affinity_topology_key))
+        blocked = None
+        for sel, key in terms:
+            hit = state.matching_nodes(sel)
+            if len(hit):
+                near = state.nodes.same_domain(key, hit)
+                blocked = near if blocked is None else blocked | near
+        if blocked is None:
             return None
-        hit = state.matching_nodes(pod.anti_affinity)
-        if not len(hit):
-            return None
-        blocked = state.nodes.same_domain(pod.anti_affinity_topology_key, hit)
         return MaskCheck(~blocked, (Reason(ReasonCode.OWN_ANTI_AFFINITY),))
+
+
+class ExistingAntiAffinity:
+    """A placed batch pod (in the ledger or this pass) whose required anti-affinity term selects
+    the pod blocks its domain (Kubernetes' symmetric rule; production's is ProductionAntiAffinity)."""
+
+    name = "ExistingAntiAffinity"
+    per_class = False
+    monotone = True
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        blocked = None
+        for node, sel, key in state.batch_anti_terms():
+            if sel.matches(pod):
+                near = state.nodes.same_domain(key, np.array([node], dtype=np.int64))
+                blocked = near if blocked is None else blocked | near
+        if blocked is None:
+            return None
+        return MaskCheck(~blocked, (Reason(ReasonCode.EXISTING_ANTI_AFFINITY),))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -341,12 +369,15 @@ class TopologySpread:
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
         if not pod.spread:
             return None
-        eligible = state.nodes.selector_mask(pod.node_selector)
         ok = np.ones(state.n, dtype=bool)
         first = np.full(state.n, -1, dtype=np.int64)
         parts = []
         for i, c in enumerate(pod.spread):
             ids, n_dom = state.nodes.domains(c.topology_key)
+            # the domains counted: kube-scheduler's node inclusion policies (Honor, Ignore by default)
+            eligible = node_rule_mask(pod, state) if c.node_affinity_policy == "Honor" else state.nodes.all
+            if c.node_taints_policy == "Honor":
+                eligible = eligible & state.nodes.toleration_mask(pod.tolerations)
             self_match = c.selector.matches(pod)
             c_ok, count, gmin = spread_ok(
                 c, ids, n_dom, eligible, state.matching_nodes(c.selector), self_match
@@ -368,5 +399,6 @@ DEFAULT_FILTERS: tuple[Filter, ...] = (
     ReservationFit(),
     ProductionAntiAffinityFilter(),
     OwnAntiAffinity(),
+    ExistingAntiAffinity(),
     TopologySpread(),
 )

@@ -36,6 +36,7 @@ class NodeIndex:
         self.taint_sets: tuple[tuple[Taint, ...], ...] = tuple(groups)
         self._tolerations: dict[tuple[Toleration, ...], np.ndarray] = {}
         self._domains: dict[str, tuple[np.ndarray, int]] = {}
+        self._names: dict[frozenset[str], np.ndarray] = {}
 
     @property
     def all(self) -> np.ndarray:
@@ -61,6 +62,15 @@ class NodeIndex:
                 m &= self.label_mask(k, v)
             m.setflags(write=False)
             self._selector[key] = m
+        return m
+
+    def names_mask(self, names: frozenset[str]) -> np.ndarray:
+        """Nodes whose name is in ``names`` (a required node affinity a shell resolved)."""
+        m = self._names.get(names)
+        if m is None:
+            m = np.fromiter((n.name in names for n in self.nodes), dtype=bool, count=self.n)
+            m.setflags(write=False)
+            self._names[names] = m
         return m
 
     def toleration_mask(self, tolerations: tuple[Toleration, ...]) -> np.ndarray:

@@ -64,6 +64,7 @@ class PassState:
         self._placed_specs: list[WorkloadSpec] = []
         self._overlay = ResidentIndex()  # this pass's placements by identity and label, built on demand
         self._indexed = 0  # placements already in the overlay
+        self._anti: list[tuple[int, Selector, str]] | None = None  # batch_anti_terms, built when asked
         self.colocation = colocation(self.service_count, self.batch_count)  # the term, kept per placement
         self.eligible = nodes.all if ctx.eligible is None else np.asarray(ctx.eligible, dtype=bool)
         self.stability = (
@@ -118,6 +119,12 @@ class PassState:
         ]
         return np.concatenate([base, mine])
 
+    def batch_anti_terms(self) -> list[tuple[int, Selector, str]]:
+        """The ledger's :meth:`~kalena.core.ledger.Ledger.batch_anti_terms` and this pass's."""
+        if self._anti is None:
+            self._anti = self.ledger.batch_anti_terms()
+        return self._anti
+
     def place(self, pod: WorkloadSpec, node: int) -> int:
         """Record a placement in the pass; returns the node epoch the commitment is computed against."""
         epoch = int(self.node_epoch[node])
@@ -127,6 +134,10 @@ class PassState:
         self.ns_running[pod.namespace] = self.ns_running.get(pod.namespace, 0) + 1
         self._placed_specs.append(pod)
         self.placed_nodes.append(node)
+        if pod.required_anti_affinity:
+            self.batch_anti_terms().extend(
+                (node, t.selector, t.topology_key) for t in pod.required_anti_affinity
+            )
         self.placed += 1
         # colocation() of the node's new counts: batch is now resident there
         self.colocation[node] = 1.0 if self.service_count[node] > 0 else 0.0
