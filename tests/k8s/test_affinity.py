@@ -1,17 +1,20 @@
-"""A production pod's required anti-affinity keeps Kalena's batch off its domain, as it keeps
-kube-scheduler's pods (the core's filter with the shell's resolved names; no control plane here:
-``test_scheduler.py`` has the same against a real one)."""
+"""Kubernetes' hard pod rules in Kalena's scheduler, resolved each pass to names: a production
+pod's required anti-affinity keeps the batch it selects off its domain; a batch pod's own
+anti-affinity, spread and node affinity hold, and so does a bound batch pod's term over later
+pods (no control plane here: ``test_scheduler.py`` has the same against a real one)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from kalena.core.ledger import Ledger
 from kalena.core.ledger.observed import observed_ledger
-from kalena.core.placement import ContextKeeper, PlacementConfig, schedule
-from kalena.k8s.affinity import bind_batch
+from kalena.core.placement import ContextKeeper, PlacementConfig, SchedulingDecision, schedule
+from kalena.k8s.affinity import bind_batch, resolve_pending
 from kalena.k8s.objects import node_spec, pod_view
 
 HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
 
 
 def node(name: str, zone: str) -> dict:
@@ -22,28 +25,45 @@ def node(name: str, zone: str) -> dict:
     }
 
 
-def pod(name: str, labels: dict, *, ns: str = "web", node: str = "", anti: list | None = None) -> dict:
-    spec: dict = {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}
+def pod(
+    name: str,
+    labels: dict,
+    *,
+    ns: str = "web",
+    node: str = "",
+    anti: list | None = None,
+    batch: bool = False,
+    **more: object,
+) -> dict:
+    spec: dict = {
+        "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}],
+        **more,
+    }
     if node:
         spec["nodeName"] = node
-    else:
+    if not node or batch:
         spec["schedulerName"] = "kalena"
     if anti:
         spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": anti}}
     return {"metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec}
 
 
-def place(pods: list[dict], zones: dict[str, str]) -> dict[str, str]:
+def decide(pods: list[dict], zones: dict[str, str]) -> tuple[Ledger, SchedulingDecision]:
+    """One pass as the cache and the scheduler make it (resolve, then the core's schedule)."""
     nodes = [node_spec(node(n, z))[0] for n, z in zones.items()]
     views = [pod_view(p, batch_scheduler="kalena") for p in pods]
     residents = [(v.spec, v.node) for v in views if v.node]
-    pending = [v.spec for v in views if not v.node]
-    residents = bind_batch(
-        residents, pending, {v.spec.id: v.anti_affinity for v in views if v.node and v.anti_affinity}
-    )
+    pending = resolve_pending([v for v in views if not v.node], residents, nodes)
+    terms = {v.spec.id: v.anti_affinity for v in views if v.node and v.anti_affinity}
+    residents = bind_batch(residents, [v.spec for v in pending], terms)
     ledger, _ = observed_ledger(nodes, residents)
-    ctx = ContextKeeper(ledger.node_names).context(0.0, pending)
-    d = schedule(pending, ledger, ctx, PlacementConfig(), np.random.default_rng(0))
+    specs = [v.spec for v in pending]
+    ctx = ContextKeeper(ledger.node_names).context(0.0, specs)
+    return ledger, schedule(specs, ledger, ctx, PlacementConfig(), np.random.default_rng(0))
+
+
+def place(pods: list[dict], zones: dict[str, str]) -> dict[str, str]:
+    ledger, d = decide(pods, zones)
     return {p.workload.id: ledger.node_names[p.node] for p in d.placements}
 
 
@@ -69,3 +89,47 @@ def test_a_namespace_selector_is_taken_to_reach_every_namespace():
     where = place([pod("db", {"app": "db"}, node="a1", anti=[term]), pod("n", {"app": "noisy"}, ns="x")],
                   {"a1": "a", "a2": "a"})  # fmt: skip
     assert where == {"x/n": "a2"}
+
+
+SELF = {"labelSelector": {"matchLabels": {"app": "shard"}}, "topologyKey": HOST}
+
+
+def test_a_batch_pods_own_anti_affinity_puts_its_replicas_on_distinct_nodes():
+    pods = [pod(f"shard-{i}", {"app": "shard"}, anti=[SELF]) for i in range(3)]
+    ledger, d = decide(pods, {"a1": "a", "a2": "a"})
+    where = {p.workload.id: ledger.node_names[p.node] for p in d.placements}
+    assert sorted(where.values()) == ["a1", "a2"]
+    assert [w.workload_id for w in d.pending] == ["web/shard-2"]
+    assert "Own anti affinity" in d.pending[0].message
+
+
+def test_a_bound_batch_pods_anti_affinity_keeps_what_it_selects_away():
+    """Kubernetes' symmetric rule: the term of the pod already there decides."""
+    bound = pod("guard", {"app": "guard"}, node="a1", batch=True, anti=[SELF])
+    assert place([bound, pod("shard-0", {"app": "shard"})], {"a1": "a", "a2": "a"}) == {"web/shard-0": "a2"}
+    _, d = decide([bound, pod("shard-0", {"app": "shard"})], {"a1": "a"})
+    assert "Existing anti affinity" in d.pending[0].message
+
+
+ZONES = {"a1": "a", "a2": "a", "b1": "b", "b2": "b"}
+
+
+def test_a_batch_pods_hard_spread_splits_it_over_zones():
+    w = {"matchLabels": {"app": "w"}}
+    spread = {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": w}
+    prod = pod("db", {"app": "db"}, node="a1")  # the co-location score draws batch to its node
+    where = place(
+        [prod, *(pod(f"w-{i}", {"app": "w"}, topologySpreadConstraints=[spread]) for i in range(4))], ZONES
+    )
+    assert sorted(ZONES[n] for n in where.values()) == ["a", "a", "b", "b"]
+    plain = place([prod, *(pod(f"w-{i}", {"app": "w"}) for i in range(4))], ZONES)
+    assert sorted(ZONES[n] for n in plain.values()) != ["a", "a", "b", "b"]
+
+
+def test_a_batch_pods_required_node_affinity():
+    term = {
+        "matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["a"]}]
+    }
+    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    where = place([pod(f"n-{i}", {"app": "n"}, affinity=aff) for i in range(3)], ZONES)
+    assert len(where) == 3 and {ZONES[n] for n in where.values()} == {"b"}

@@ -1,5 +1,6 @@
 """Nodes and pods (the API's JSON) into the core's specs: units, requests as the verifier reads
-them, classification, tolerations and taints, what Kalena cannot evaluate yet, and readiness."""
+them, classification, tolerations and taints, the Kubernetes rules kept for each pass, what
+Kalena cannot evaluate yet, and readiness."""
 
 from __future__ import annotations
 
@@ -65,7 +66,13 @@ def test_what_kalena_cannot_evaluate_yet_and_a_bad_classification():
         "metadata": {"name": "q", "namespace": "ns", "labels": {"kalena.naughtian.io/tier": "batch"}},
         "spec": {"affinity": aff, "containers": [{"name": "a"}]},
     })  # fmt: skip
-    assert v.unsupported == ("required node affinity",)
+    assert v.unsupported == ()  # kept as read, resolved each pass (kalena.k8s.affinity)
+    assert v.node_affinity is not None and v.node_affinity[0].match_expressions[0].key == "k"
+    term = {"labelSelector": {"matchLabels": {"a": "b"}}, "topologyKey": "kubernetes.io/hostname"}
+    pod_aff = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    u = pod_view({"metadata": {"name": "u", "labels": {"kalena.naughtian.io/tier": "batch"}},
+                  "spec": {"affinity": pod_aff, "containers": [{"name": "a"}]}})  # fmt: skip
+    assert u.unsupported == ("required pod affinity",)
     w = pod_view({"metadata": {"name": "r", "labels": {"kalena.naughtian.io/tier": "maybe"}},
                   "spec": {"containers": [{"name": "a"}]}})  # fmt: skip
     assert w.spec.tier is Tier.SERVICE and w.problems and "treated as service" in w.problems[0]
@@ -85,7 +92,7 @@ def test_a_pod_of_kalenas_scheduler_name_is_batch_whatever_its_labels_say():
     assert pod_view(pod).spec.tier is Tier.SERVICE and pod_view(pod).unsupported == ()
     v = pod_view(pod, batch_scheduler="kalena")
     assert v.spec.tier is Tier.BATCH
-    assert v.unsupported == ("required pod affinity or anti-affinity",)  # told as batch is
+    assert v.unsupported == () and v.anti_affinity[0].topology_key == "kubernetes.io/hostname"
     assert pod_view(pod, batch_scheduler="another").spec.tier is Tier.SERVICE
 
 

@@ -375,3 +375,26 @@ def test_a_production_pods_required_anti_affinity_keeps_the_batch_it_selects_awa
     r = sched.pass_once()
     # both fit either node; the co-location score would put both beside production on a
     assert r.bound == {f"{ns}/noisy": b, f"{ns}/quiet": a}, r.pending
+
+
+def test_a_batch_pods_own_anti_affinity_spreads_its_replicas_and_the_rest_wait(cluster):
+    cp, ns, a, b, selector = cluster
+    term = {"labelSelector": {"matchLabels": {"app": "shard"}}, "topologyKey": "kubernetes.io/hostname"}
+    for i in range(3):
+        p = pod(f"shard-{i}", "200m")
+        p["metadata"]["labels"] = {"app": "shard"}
+        p["spec"]["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
+        cp.core.create_namespaced_pod(ns, p)
+    sched = Scheduler(cp.core, node_selector=selector, log=lambda _line: None)
+    sched.sync()
+    r = sched.pass_once()
+    assert sorted(r.bound.values()) == sorted([a, b])  # one on each node
+    (left,) = mine(r.pending, ns)
+    assert "Own anti affinity" in r.pending[left], r.pending[left]
+    # bound, they keep the third away by their own terms as well (Kubernetes' symmetric rule)
+    cp.wait_for_pods(ns, [k.split("/")[1] for k in r.bound])
+    sched.sync()
+    again = sched.pass_once()
+    assert again.bound == {} and list(mine(again.pending, ns)) == [left]

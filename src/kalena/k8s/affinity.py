@@ -1,4 +1,20 @@
-"""A production pod's required pod anti-affinity binds Kalena's batch, as it binds kube-scheduler.
+"""Kubernetes' hard pod rules for Kalena's scheduler, resolved each pass to what they name.
+
+The core's placement takes rules by name (which pods a term selects, which nodes an affinity
+admits); a pass's pods and nodes are a closed set, so each pass resolves every rule against them
+by the reader's own matching (:mod:`kalena.deployability.labels`: label selectors with their
+expressions, namespace scopes, node selector terms):
+
+* a pending batch pod's required node affinity becomes the node names it admits, its required
+  pod anti-affinity terms the pods (bound or pending) they select, and its hard spread
+  constraints the pods of its namespace their selectors count (:func:`resolve_pending`); the
+  core then keeps them (its NodeSelector, OwnAntiAffinity, ExistingAntiAffinity and
+  TopologySpread filters);
+* a bound pod's required anti-affinity terms become the batch pods they select
+  (:func:`bind_batch`): a production pod's as below, a batch pod's for Kubernetes' symmetric
+  rule (a placed pod's term keeps the pods it selects out of its domain).
+
+A production pod's required pod anti-affinity binds Kalena's batch, as it binds kube-scheduler.
 
 Kubernetes keeps a pod off every node in the domain of a running pod whose required
 anti-affinity term selects it (the symmetric half of InterPodAffinity), whoever schedules it.
@@ -18,9 +34,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from kalena.core.model import PodTerm, Selector, Tier, WorkloadSpec
+from kalena.core.model import NodeSpec, PodTerm, Selector, SpreadConstraint, Tier, WorkloadSpec
 from kalena.deployability import labels as lb
-from kalena.deployability.model import PodAffinityTerm
+from kalena.deployability.model import LabelSelector, Node, PodAffinityTerm
+from kalena.k8s.objects import PodView
 
 
 def _in_scope(term: PodAffinityTerm, owner_ns: str, pod_ns: str) -> bool:
@@ -29,30 +46,94 @@ def _in_scope(term: PodAffinityTerm, owner_ns: str, pod_ns: str) -> bool:
     return lb.term_namespaces_match(term, owner_ns, pod_ns, lambda ns: {})
 
 
+def _groups(specs: Sequence[WorkloadSpec]) -> dict[tuple[str, frozenset[tuple[str, str]]], list[str]]:
+    """Pod ids by (namespace, label set): one selector test a group."""
+    out: dict[tuple[str, frozenset[tuple[str, str]]], list[str]] = {}
+    for w in specs:
+        out.setdefault((w.namespace, frozenset(w.labels.items())), []).append(w.id)
+    return out
+
+
+Groups = Mapping[tuple[str, frozenset[tuple[str, str]]], list[str]]
+
+
+def _term_hits(groups: Groups, term: PodAffinityTerm, owner_ns: str) -> frozenset[str]:
+    """The pods a (anti-)affinity term of a pod in ``owner_ns`` selects."""
+    return frozenset(
+        x
+        for (ns, labels), ids in groups.items()
+        if _in_scope(term, owner_ns, ns) and lb.selector_matches(term.selector, dict(labels))
+        for x in ids
+    )
+
+
+def _spread_hits(groups: Groups, selector: LabelSelector | None, ns: str) -> frozenset[str]:
+    """The pods a spread constraint counts: its namespace's, by its selector."""
+    return frozenset(
+        x
+        for (pod_ns, labels), ids in groups.items()
+        if pod_ns == ns and lb.selector_matches(selector, dict(labels))
+        for x in ids
+    )
+
+
+def resolve_pending(
+    pending: Sequence[PodView], residents: Sequence[tuple[WorkloadSpec, str]], nodes: Sequence[NodeSpec]
+) -> list[PodView]:
+    """``pending`` with each pod's node affinity, anti-affinity terms and spread constraints
+    resolved against this pass's nodes and pods (module docstring)."""
+    if not any(v.anti_affinity or v.spread or v.node_affinity is not None for v in pending):
+        return list(pending)
+    groups = _groups([*(w for w, _ in residents), *(v.spec for v in pending)])
+    kube_nodes = [Node(n.name, dict(n.labels)) for n in nodes]
+    out = []
+    for v in pending:
+        w = v.spec
+        if not (v.anti_affinity or v.spread or v.node_affinity is not None):
+            out.append(v)
+            continue
+        names = None
+        if v.node_affinity is not None:
+            terms = v.node_affinity
+            names = frozenset(n.name for n in kube_nodes if any(lb.node_term_matches(t, n) for t in terms))
+        anti = tuple(
+            PodTerm(Selector(_term_hits(groups, t, w.namespace)), t.topology_key) for t in v.anti_affinity
+        )
+        spread = tuple(
+            SpreadConstraint(
+                c.max_skew,
+                c.topology_key,
+                Selector(_spread_hits(groups, c.selector, w.namespace)),
+                c.min_domains,
+                c.node_affinity_policy,
+                c.node_taints_policy,
+            )
+            for c in v.spread
+        )
+        spec = dataclasses.replace(w, node_names=names, required_anti_affinity=anti, spread=spread)
+        out.append(dataclasses.replace(v, spec=spec))
+    return out
+
+
 def bind_batch(
     residents: Sequence[tuple[WorkloadSpec, str]],
     pending: Sequence[WorkloadSpec],
     terms: Mapping[str, tuple[PodAffinityTerm, ...]],
 ) -> list[tuple[WorkloadSpec, str]]:
-    """``residents`` with each production pod's ``terms`` (by pod id) resolved to the batch pods
-    among ``residents`` and ``pending`` they select; a term selecting none is left out."""
-    batch: dict[tuple[str, frozenset[tuple[str, str]]], list[str]] = {}  # one test per label set
-    for w in (*(w for w, _ in residents if w.tier is not Tier.SERVICE), *pending):
-        batch.setdefault((w.namespace, frozenset(w.labels.items())), []).append(w.id)
+    """``residents`` with each bound pod's ``terms`` (by pod id) resolved to the batch pods among
+    ``residents`` and ``pending`` they select (a term selecting none is left out): production's
+    for the core's production anti-affinity, a bound batch pod's for Kubernetes' symmetric rule
+    (the core's ExistingAntiAffinity)."""
+    batch = _groups([*(w for w, _ in residents if w.tier is not Tier.SERVICE), *pending])
     out = []
     for w, node in residents:
-        own = terms.get(w.id) if w.tier is Tier.SERVICE else None
+        own = terms.get(w.id)
         if own:
             resolved = []
             for term in own:
-                names = [
-                    x
-                    for (ns, labels), ids in batch.items()
-                    if _in_scope(term, w.namespace, ns) and lb.selector_matches(term.selector, dict(labels))
-                    for x in ids
-                ]
+                names = _term_hits(batch, term, w.namespace)
                 if names:
-                    resolved.append(PodTerm(Selector(frozenset(names)), term.topology_key))
+                    resolved.append(PodTerm(Selector(names), term.topology_key))
             if resolved:
                 w = dataclasses.replace(w, required_anti_affinity=tuple(resolved))
         out.append((w, node))

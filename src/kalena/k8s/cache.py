@@ -39,7 +39,7 @@ from kalena.core.messages import MessageError, ReservationReport
 from kalena.core.model import NodeSpec, WorkloadSpec
 from kalena.core.resources import Resources
 from kalena.deployability.model import PodAffinityTerm
-from kalena.k8s.affinity import bind_batch
+from kalena.k8s.affinity import bind_batch, resolve_pending
 from kalena.k8s.objects import PodView, node_ready, node_spec, pod_view
 from kalena.k8s.reports import GROUP, PLURAL, STALE_AFTER_S, VERSION, read_report, reservations_from
 
@@ -269,7 +269,9 @@ class ClusterCache:
             elif v.scheduler == self.name and not (raw.get("metadata") or {}).get("deletionTimestamp"):
                 pending.append(v)
         self._node_memo, self._pod_memo = node_memo, pod_memo  # only what the tables still hold
-        if anti:  # production's required anti-affinity binds the batch too (kalena.k8s.affinity)
+        # Kubernetes' rules, resolved against this pass's pods and nodes (kalena.k8s.affinity)
+        pending = resolve_pending(pending, residents, nodes)
+        if anti:  # production's required anti-affinity binds the batch too
             residents = bind_batch(residents, [v.spec for v in pending], anti)
         return sorted(nodes, key=lambda n: n.name), residents, pending, images
 

@@ -92,6 +92,7 @@ RESOLVABLE = frozenset(
         ReasonCode.NAMESPACE_CAP,
         ReasonCode.OWN_ANTI_AFFINITY,
         ReasonCode.PRODUCTION_ANTI_AFFINITY,
+        ReasonCode.EXISTING_ANTI_AFFINITY,
         ReasonCode.SPREAD_SKEW,
     }
 )

@@ -14,9 +14,10 @@ the manifests reader's rule for a bound pod's type: the annotation ``kalena.naug
 else its controller (a ReplicaSet ``<deployment>-<pod-template-hash>`` stands for its
 Deployment), else the pod itself without an IR unrolling suffix (``api-0`` is of ``api``).
 
-What the core's placement cannot evaluate yet (required node affinity, pod affinity or
-anti-affinity terms) is returned as ``unsupported``: the secondary scheduler leaves such a pod
-pending and says why, rather than place it where its constraints might not hold.
+What the core's placement cannot evaluate yet (required pod affinity) is returned as
+``unsupported``: the secondary scheduler leaves such a pod pending and says why, rather than
+place it where its constraints might not hold. Required node affinity, pod anti-affinity and
+hard spread are kept as read and resolved each pass (:mod:`kalena.k8s.affinity`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any
 
 from kalena.core.classify import classify
 from kalena.core.model import NodeSpec, Taint, Tier, Toleration, WorkloadSpec
-from kalena.deployability.model import PodAffinityTerm
+from kalena.deployability.model import NodeSelectorTerm, PodAffinityTerm
+from kalena.deployability.model import SpreadConstraint as KubeSpread
 from kalena.ir.errors import ProblemLog
 from kalena.manifests import fields as f
 from kalena.manifests.cluster import DIMENSIONS, ZONE, core_resources
@@ -82,8 +84,12 @@ class PodView:
     phase: str
     problems: tuple[str, ...] = ()
     unsupported: tuple[str, ...] = ()
-    #: its required pod anti-affinity terms as read (a production pod's bind Kalena's batch)
+    #: its Kubernetes rules as read, resolved against each pass's pods and nodes
+    #: (:mod:`kalena.k8s.affinity`): required pod anti-affinity (a production pod's bind Kalena's
+    #: batch too), hard topology spread and required node affinity
     anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    spread: tuple[KubeSpread, ...] = ()
+    node_affinity: tuple[NodeSelectorTerm, ...] | None = None
 
     @property
     def finished(self) -> bool:
@@ -129,13 +135,8 @@ def pod_view(
         startup_grace_s=c.startup_grace_s,
         is_daemonset=owner_kind == "DaemonSet",
     )
-    unsupported = []
-    if parts.node_affinity:
-        unsupported.append("required node affinity")
-    if parts.affinity or parts.anti_affinity:
-        unsupported.append("required pod affinity or anti-affinity")
-    if parts.spread:
-        unsupported.append("topology spread constraints")
+    # node affinity, anti-affinity and spread are resolved each pass (kalena.k8s.affinity)
+    unsupported = ["required pod affinity"] if parts.affinity else []
     problems = [p.render() for p in log.problems] + [str(p) for p in c.problems]
     return PodView(
         spec,
@@ -148,6 +149,8 @@ def pod_view(
         tuple(problems),
         tuple(unsupported) if tier is Tier.BATCH else (),
         parts.anti_affinity,
+        parts.spread,
+        parts.node_affinity,
     )
 
 

@@ -26,9 +26,10 @@ label says. Every pass:
    passes (a pass never waits for them), a transient failure tried again for about 30 s;
    :meth:`Scheduler.flush` waits for them, and :meth:`Scheduler.run` does at its end.
 
-A pod whose constraints the core cannot evaluate yet (required node affinity, pod affinity or
-anti-affinity, topology spread) stays pending and says so, rather than land where they might
-not hold.
+Required node affinity, pod anti-affinity (the pod's own and a bound pod's over it) and hard
+topology spread are resolved against the pass's pods and nodes (:mod:`kalena.k8s.affinity`) and
+kept by the core's filters. A pod with required pod affinity, which the core cannot evaluate
+yet, stays pending and says so, rather than land where it might not hold.
 """
 
 from __future__ import annotations
