@@ -1,5 +1,6 @@
 """A cluster scheduler's ledger from what it observes: production as the blueprint, bound batch as
-itself, reported reservations replacing requests; a node the ledger cannot hold is left out."""
+itself, reported reservations replacing requests; a node the ledger cannot hold is left out (its
+pods kept, unbounded there)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ def test_residents_reservations_and_the_nodes_left_out():
     ledger, left = observed_ledger(NODES, residents, {"p1": Resources.from_mapping({"cpu": 1.0, "ram": 1.0})})
     assert set(left) == {"b", "c"}
     assert "production asks for more cpu" in left["b"] and "c/" not in left["c"] and "b2" in left["c"]
-    assert "p1" in ledger and "b1" in ledger and "p2" not in ledger and "ghost" not in ledger
+    assert "p1" in ledger and "b1" in ledger and "ghost" not in ledger
+    # the left-out nodes' pods stay in the ledger (the topology rules count them), at no limit there
+    assert "p2" in ledger and "b2" in ledger
+    assert all(ledger.capacity[ledger.node_names.index(n)][0] == float("inf") for n in ("b", "c"))
+    assert ledger.capacity[ledger.node_names.index("a")][0] == 4.0
     rows = ledger.rows()
     res = dict(zip(rows.ids, rows.reservations[:, 0], strict=True))
     assert res["p1"] == pytest.approx(1.0)  # its report

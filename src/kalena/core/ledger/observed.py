@@ -7,7 +7,9 @@ The rules, written once for every such shell:
 
 * production (service tier) is loaded as the blueprint; a node whose production asks for more
   than its capacity (a shrunken allocatable, a report that lies) is **left out**: it keeps what
-  runs there, but no new batch goes there, and the reason is returned;
+  runs there, but no new batch goes there, and the reason is returned. Its pods stay in the
+  ledger (its capacity there is unbounded), so that the topology rules (anti-affinity, spread)
+  still count them; the caller places nothing on it;
 * each batch resident is placed as itself (``PlaceBatch``); one the ledger cannot hold leaves its
   node out too (the node has no slack by the ledger's own account);
 * reservations, where given, replace the requests as the rows' reservations (a ``ReservationUpdate``
@@ -37,9 +39,29 @@ def observed_ledger(
 ) -> tuple[Ledger, dict[str, str]]:
     """The ledger of ``nodes`` holding ``residents`` (workload, node name); the nodes left out."""
     index = {n.name: i for i, n in enumerate(nodes)}
-    left_out: dict[str, str] = {}
-    prod = [(w, n) for w, n in residents if w.tier is Tier.SERVICE and n in index]
     cap = np.array([n.allocatable.array() for n in nodes], dtype=np.float64).reshape(len(nodes), len(DIMS))
+    left_out: dict[str, str] = {}
+    ledger = _load(nodes, index, cap, residents, reservations, left_out)
+    if left_out:
+        # Again, with the nodes left out unbounded: every pod there is in the ledger, so the
+        # topology rules (anti-affinity, spread) count it; the caller places nothing there.
+        wide = cap.copy()
+        wide[[index[n] for n in left_out]] = np.inf
+        ledger = _load(nodes, index, wide, residents, reservations, {})
+    return ledger, left_out
+
+
+def _load(
+    nodes: Sequence[NodeSpec],
+    index: Mapping[str, int],
+    cap: np.ndarray,
+    residents: Sequence[tuple[WorkloadSpec, str]],
+    reservations: Mapping[str, Resources] | None,
+    left_out: dict[str, str],
+) -> Ledger:
+    """The ledger at capacities ``cap``; the nodes it cannot hold are added to ``left_out`` (their
+    production, or their batch from the first that does not fit, is not loaded)."""
+    prod = [(w, n) for w, n in residents if w.tier is Tier.SERVICE and n in index]
     load = np.zeros_like(cap)
     if prod:
         np.add.at(load, [index[n] for _, n in prod], [w.requests.array() for w, _ in prod])
@@ -60,7 +82,7 @@ def observed_ledger(
     if reservations and placed.any():  # then the batch's own
         ids = {batch[i][0].id for i in np.flatnonzero(placed)}
         _reserve(ledger, {wid: r for wid, r in reservations.items() if wid in ids})
-    return ledger, left_out
+    return ledger
 
 
 def _reserve(ledger: Ledger, reservations: Mapping[str, Resources] | None) -> None:
