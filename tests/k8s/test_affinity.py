@@ -198,7 +198,7 @@ def test_every_placement_of_a_random_pass_keeps_kubernetes_rules_as_the_checker_
     views = [pod_view(p, batch_scheduler="kalena") for p in running + pending]
     specs = [node_spec(n)[0] for n in node_docs]
     residents = [(v.spec, v.node) for v in views if v.node]
-    waiting = resolve_pending([v for v in views if not v.node and not v.unsupported], residents, specs)
+    waiting = resolve_pending([v for v in views if not v.node], residents, specs)
     terms = {v.spec.id: v.anti_affinity for v in views if v.node and v.anti_affinity}
     residents = bind_batch(residents, [v.spec for v in waiting], terms)
     ledger, left_out = observed_ledger(specs, residents)

@@ -1,6 +1,6 @@
 """Nodes and pods (the API's JSON) into the core's specs: units, requests as the verifier reads
-them, classification, tolerations and taints, the Kubernetes rules kept for each pass, what
-Kalena cannot evaluate yet, and readiness."""
+them, classification, tolerations and taints, the Kubernetes rules kept for each pass,
+and readiness."""
 
 from __future__ import annotations
 
@@ -56,23 +56,23 @@ def test_a_pod_as_the_core_sees_it():
     assert s.requests["cpu"] == pytest.approx(2.0)  # max(0.5 + 1, the init container's 2)
     assert s.requests["ram"] == pytest.approx(1.5)  # a limit stands for a missing request
     assert dict(s.node_selector) == {"disk": "ssd"} and s.tolerations[0].key == "gpu"
-    assert v.unsupported == () and v.problems == ()
+    assert v.problems == ()
 
 
-def test_what_kalena_cannot_evaluate_yet_and_a_bad_classification():
+def test_the_kubernetes_rules_kept_as_read_and_a_bad_classification():
     aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}]}}}  # fmt: skip
     v = pod_view({
         "metadata": {"name": "q", "namespace": "ns", "labels": {"kalena.naughtian.io/tier": "batch"}},
         "spec": {"affinity": aff, "containers": [{"name": "a"}]},
     })  # fmt: skip
-    assert v.unsupported == ()  # kept as read, resolved each pass (kalena.k8s.affinity)
+    # kept as read, resolved each pass (kalena.k8s.affinity)
     assert v.node_affinity is not None and v.node_affinity[0].match_expressions[0].key == "k"
     term = {"labelSelector": {"matchLabels": {"a": "b"}}, "topologyKey": "kubernetes.io/hostname"}
     pod_aff = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     u = pod_view({"metadata": {"name": "u", "labels": {"kalena.naughtian.io/tier": "batch"}},
                   "spec": {"affinity": pod_aff, "containers": [{"name": "a"}]}})  # fmt: skip
-    assert u.unsupported == ("required pod affinity",)
+    assert u.affinity[0].topology_key == "kubernetes.io/hostname"
     w = pod_view({"metadata": {"name": "r", "labels": {"kalena.naughtian.io/tier": "maybe"}},
                   "spec": {"containers": [{"name": "a"}]}})  # fmt: skip
     assert w.spec.tier is Tier.SERVICE and w.problems and "treated as service" in w.problems[0]
@@ -89,10 +89,10 @@ def test_a_pod_of_kalenas_scheduler_name_is_batch_whatever_its_labels_say():
                      {"labelSelector": {"matchLabels": {"a": "b"}},
                       "topologyKey": "kubernetes.io/hostname"}]}}},
     }  # fmt: skip
-    assert pod_view(pod).spec.tier is Tier.SERVICE and pod_view(pod).unsupported == ()
+    assert pod_view(pod).spec.tier is Tier.SERVICE
     v = pod_view(pod, batch_scheduler="kalena")
     assert v.spec.tier is Tier.BATCH
-    assert v.unsupported == () and v.anti_affinity[0].topology_key == "kubernetes.io/hostname"
+    assert v.anti_affinity[0].topology_key == "kubernetes.io/hostname"
     assert pod_view(pod, batch_scheduler="another").spec.tier is Tier.SERVICE
 
 

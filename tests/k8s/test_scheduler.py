@@ -398,3 +398,21 @@ def test_a_batch_pods_own_anti_affinity_spreads_its_replicas_and_the_rest_wait(c
     sched.sync()
     again = sched.pass_once()
     assert again.bound == {} and list(mine(again.pending, ns)) == [left]
+
+
+def test_a_batch_pods_required_pod_affinity_puts_it_beside_what_it_names(cluster):
+    cp, ns, a, b, selector = cluster
+    for name, node in (("db", a), ("cache", b)):  # production on both nodes
+        prod = pod(name, "500m", node=node, scheduler="default-scheduler")
+        prod["metadata"]["labels"] = {"app": name}
+        cp.core.create_namespaced_pod(ns, prod)
+    for name, target in (("reader", "cache"), ("orphan", "absent")):
+        p = pod(name, "200m")
+        term = {"labelSelector": {"matchLabels": {"app": target}}, "topologyKey": "kubernetes.io/hostname"}
+        p["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+        cp.core.create_namespaced_pod(ns, p)
+    sched = Scheduler(cp.core, node_selector=selector, log=lambda _line: None)
+    sched.sync()
+    r = sched.pass_once()
+    assert r.bound == {f"{ns}/reader": b}
+    assert "Pod affinity" in mine(r.pending, ns)[f"{ns}/orphan"]  # nothing it names runs anywhere

@@ -47,6 +47,7 @@ class ReasonCode(enum.Enum):
     RESTORATION_VIOLATION = "restoration-violation"
     # placement filters, later
     EXISTING_ANTI_AFFINITY = "existing-anti-affinity"  # a placed batch pod's required term selects it
+    POD_AFFINITY = "pod-affinity"  # no pod its required affinity terms select in the domain
 
 
 @dataclass(frozen=True, slots=True)

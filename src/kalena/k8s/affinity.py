@@ -6,10 +6,10 @@ by the reader's own matching (:mod:`kalena.deployability.labels`: label selector
 expressions, namespace scopes, node selector terms):
 
 * a pending batch pod's required node affinity becomes the node names it admits, its required
-  pod anti-affinity terms the pods (bound or pending) they select, and its hard spread
-  constraints the pods of its namespace their selectors count (:func:`resolve_pending`); the
-  core then keeps them (its NodeSelector, OwnAntiAffinity, ExistingAntiAffinity and
-  TopologySpread filters);
+  pod affinity and anti-affinity terms the pods (bound or pending) they select, and its hard
+  spread constraints the pods of its namespace their selectors count (:func:`resolve_pending`);
+  the core then keeps them (its NodeSelector, RequiredAffinity, OwnAntiAffinity,
+  ExistingAntiAffinity and TopologySpread filters);
 * a bound pod's required anti-affinity terms become the batch pods they select
   (:func:`bind_batch`): a production pod's as below, a batch pod's for Kubernetes' symmetric
   rule (a placed pod's term keeps the pods it selects out of its domain).
@@ -82,22 +82,23 @@ def resolve_pending(
 ) -> list[PodView]:
     """``pending`` with each pod's node affinity, anti-affinity terms and spread constraints
     resolved against this pass's nodes and pods (module docstring)."""
-    if not any(v.anti_affinity or v.spread or v.node_affinity is not None for v in pending):
+    if not any(v.affinity or v.anti_affinity or v.spread or v.node_affinity is not None for v in pending):
         return list(pending)
     groups = _groups([*(w for w, _ in residents), *(v.spec for v in pending)])
     kube_nodes = [Node(n.name, dict(n.labels)) for n in nodes]
     out = []
     for v in pending:
         w = v.spec
-        if not (v.anti_affinity or v.spread or v.node_affinity is not None):
+        if not (v.affinity or v.anti_affinity or v.spread or v.node_affinity is not None):
             out.append(v)
             continue
         names = None
         if v.node_affinity is not None:
             terms = v.node_affinity
             names = frozenset(n.name for n in kube_nodes if any(lb.node_term_matches(t, n) for t in terms))
-        anti = tuple(
-            PodTerm(Selector(_term_hits(groups, t, w.namespace)), t.topology_key) for t in v.anti_affinity
+        aff, anti = (
+            tuple(PodTerm(Selector(_term_hits(groups, t, w.namespace)), t.topology_key) for t in terms)
+            for terms in (v.affinity, v.anti_affinity)
         )
         spread = tuple(
             SpreadConstraint(
@@ -110,7 +111,9 @@ def resolve_pending(
             )
             for c in v.spread
         )
-        spec = dataclasses.replace(w, node_names=names, required_anti_affinity=anti, spread=spread)
+        spec = dataclasses.replace(
+            w, node_names=names, required_affinity=aff, required_anti_affinity=anti, spread=spread
+        )
         out.append(dataclasses.replace(v, spec=spec))
     return out
 

@@ -14,10 +14,8 @@ the manifests reader's rule for a bound pod's type: the annotation ``kalena.naug
 else its controller (a ReplicaSet ``<deployment>-<pod-template-hash>`` stands for its
 Deployment), else the pod itself without an IR unrolling suffix (``api-0`` is of ``api``).
 
-What the core's placement cannot evaluate yet (required pod affinity) is returned as
-``unsupported``: the secondary scheduler leaves such a pod pending and says why, rather than
-place it where its constraints might not hold. Required node affinity, pod anti-affinity and
-hard spread are kept as read and resolved each pass (:mod:`kalena.k8s.affinity`).
+A pod's required node affinity, pod affinity and anti-affinity and hard spread are kept as read
+and resolved each pass against the pass's pods and nodes (:mod:`kalena.k8s.affinity`).
 """
 
 from __future__ import annotations
@@ -72,8 +70,8 @@ def node_ready(node: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class PodView:
-    """A pod as the scheduler keeps it: its spec for the core, where it is, and what the core
-    cannot evaluate of it."""
+    """A pod as the scheduler keeps it: its spec for the core, where it is, and its Kubernetes
+    rules as read."""
 
     spec: WorkloadSpec
     uid: str
@@ -83,10 +81,10 @@ class PodView:
     scheduler: str
     phase: str
     problems: tuple[str, ...] = ()
-    unsupported: tuple[str, ...] = ()
     #: its Kubernetes rules as read, resolved against each pass's pods and nodes
-    #: (:mod:`kalena.k8s.affinity`): required pod anti-affinity (a production pod's bind Kalena's
-    #: batch too), hard topology spread and required node affinity
+    #: (:mod:`kalena.k8s.affinity`): required pod affinity and anti-affinity (a bound pod's
+    #: anti-affinity binds Kalena's batch too), hard topology spread and required node affinity
+    affinity: tuple[PodAffinityTerm, ...] = ()
     anti_affinity: tuple[PodAffinityTerm, ...] = ()
     spread: tuple[KubeSpread, ...] = ()
     node_affinity: tuple[NodeSelectorTerm, ...] | None = None
@@ -135,8 +133,6 @@ def pod_view(
         startup_grace_s=c.startup_grace_s,
         is_daemonset=owner_kind == "DaemonSet",
     )
-    # node affinity, anti-affinity and spread are resolved each pass (kalena.k8s.affinity)
-    unsupported = ["required pod affinity"] if parts.affinity else []
     problems = [p.render() for p in log.problems] + [str(p) for p in c.problems]
     return PodView(
         spec,
@@ -147,7 +143,7 @@ def pod_view(
         scheduler,
         str((pod.get("status") or {}).get("phase") or "Pending"),
         tuple(problems),
-        tuple(unsupported) if tier is Tier.BATCH else (),
+        parts.affinity,
         parts.anti_affinity,
         parts.spread,
         parts.node_affinity,

@@ -26,10 +26,9 @@ label says. Every pass:
    passes (a pass never waits for them), a transient failure tried again for about 30 s;
    :meth:`Scheduler.flush` waits for them, and :meth:`Scheduler.run` does at its end.
 
-Required node affinity, pod anti-affinity (the pod's own and a bound pod's over it) and hard
-topology spread are resolved against the pass's pods and nodes (:mod:`kalena.k8s.affinity`) and
-kept by the core's filters. A pod with required pod affinity, which the core cannot evaluate
-yet, stays pending and says so, rather than land where it might not hold.
+Required node affinity, pod affinity and anti-affinity (the pod's own, and a bound pod's over
+it) and hard topology spread are resolved against the pass's pods and nodes
+(:mod:`kalena.k8s.affinity`) and kept by the core's filters.
 """
 
 from __future__ import annotations
@@ -191,14 +190,8 @@ class Scheduler(ClusterCache):
         if not pending:
             return out
         views = {v.spec.id: v for v in pending}
-        ready = []
-        for v in pending:
-            if v.unsupported:
-                self._pending(v, f"Kalena cannot evaluate {', '.join(v.unsupported)} yet", out)
-            else:
-                ready.append(v)
         if not nodes:
-            for v in ready:
+            for v in pending:
                 self._pending(v, "0/0 nodes are available: no Ready node for Kalena", out)
             return out
         ledger, left_out = observed_ledger(nodes, residents, self.reservations(residents))
@@ -209,7 +202,7 @@ class Scheduler(ClusterCache):
             for image in images.get(n, []):
                 keeper.started(image, k)
         eligible = np.array([n not in left_out for n in ledger.node_names]) if left_out else None
-        specs = sorted((v.spec for v in ready), key=pending_sort_key)
+        specs = sorted((v.spec for v in pending), key=pending_sort_key)
         binds = _Binds(self, out)
         try:
             # a chunk's binds are in flight while the next chunk is placed on the same ledger

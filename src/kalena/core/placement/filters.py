@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from kalena.core.ledger.fit import fits_mask, insufficient_resources_rows
-from kalena.core.model import SpreadConstraint, WorkloadSpec
+from kalena.core.model import Selector, SpreadConstraint, WorkloadSpec
 from kalena.core.placement.state import PassState
 from kalena.core.placement.topology import spread_ok
 from kalena.core.resources import GPU
@@ -327,6 +327,33 @@ class ExistingAntiAffinity:
         return MaskCheck(~blocked, (Reason(ReasonCode.EXISTING_ANTI_AFFINITY),))
 
 
+class RequiredAffinity:
+    """The pod's required pod affinity, as kube-scheduler's InterPodAffinity decides it: the node
+    carries every term's key and every term's domain holds a resident (ledger or this pass) that
+    all the terms select; else, when no such resident is on a node carrying one of the keys and
+    the pod is selected by all its terms itself, any node carrying every key (the first of a
+    series). The terms name their targets (a Kubernetes shell resolves its label selectors)."""
+
+    name = "RequiredAffinity"
+    per_class = False
+    monotone = False  # a placement can satisfy a term on more nodes
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        terms = pod.required_affinity
+        if not terms:
+            return None
+        ids = [state.nodes.domains(t.topology_key)[0] for t in terms]
+        has_keys = np.logical_and.reduce([i >= 0 for i in ids])
+        witnesses = frozenset.intersection(*(t.selector.names for t in terms))
+        hit = state.matching_nodes(Selector(witnesses)) if witnesses else np.zeros(0, dtype=np.int64)
+        ok = has_keys & np.logical_and.reduce([state.nodes.same_domain(t.topology_key, hit) for t in terms])
+        if not ok.any():
+            keyed = np.logical_or.reduce([i >= 0 for i in ids])
+            if not keyed[hit].any() and pod.named_in(witnesses):
+                ok = has_keys
+        return MaskCheck(ok, (Reason(ReasonCode.POD_AFFINITY),))
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class SpreadCheck:
     """AND over constraints; a failing node's reason is its first failing constraint, built lazily."""
@@ -400,5 +427,6 @@ DEFAULT_FILTERS: tuple[Filter, ...] = (
     ProductionAntiAffinityFilter(),
     OwnAntiAffinity(),
     ExistingAntiAffinity(),
+    RequiredAffinity(),
     TopologySpread(),
 )
