@@ -51,7 +51,7 @@ from kalena.core.cluster import Cluster, Group
 from kalena.core.ledger import fits_mask, tolerant_capacity
 from kalena.core.model import PodTerm, Selector, WorkloadSpec
 from kalena.core.placement.nodeindex import NodeIndex
-from kalena.core.placement.topology import spread_ok
+from kalena.core.placement.topology import required_affinity_ok, spread_ok
 from kalena.core.resources import DIMS
 
 
@@ -172,7 +172,7 @@ class _Hard:
             hit = self._follow_cost.get(t)
             if hit is None:
                 owner, key, _ = self.follow_terms[t]
-                ids, n_dom = self.domains(key)
+                ids, n_dom = self.p.node_index.domains(key)
                 static = self.p.mask_of(owner) & (ids >= 0)
                 admits = np.zeros(n_dom + 1, dtype=bool)  # the last slot: nodes without the key
                 admits[ids[static]] = True
@@ -191,22 +191,10 @@ class _Hard:
             self._targets[key] = hit
         return hit
 
-    def domains(self, key: str) -> tuple[np.ndarray, int]:
-        """Each node's domain id for ``key`` (-1: the node lacks it) and the number of domains."""
-        return self.p.node_index.domains(key)
-
-    def _counts(self, members: np.ndarray, key: str) -> np.ndarray:
-        """Placed ``members`` (W,) bool per domain of ``key``."""
-        ids, count = self.domains(key)
+    def placed(self, members: np.ndarray) -> np.ndarray:
+        """The nodes (with repeats) of the placed workloads among ``members`` ((W,) bool)."""
         nodes = self.p.where[members]
-        d = ids[nodes[nodes >= 0]]
-        return np.bincount(d[d >= 0], minlength=count)
-
-    def _near(self, members: np.ndarray, key: str) -> np.ndarray:
-        """(N,) bool: nodes whose ``key`` domain holds a placed member."""
-        ids, _ = self.domains(key)
-        counts = self._counts(members, key)
-        return (ids >= 0) & (counts[np.maximum(ids, 0)] > 0)
+        return nodes[nodes >= 0]
 
     def witnesses(self, terms: tuple[PodTerm, ...]) -> np.ndarray:
         key = tuple((_selector_key(t.selector), t.topology_key) for t in terms)
@@ -220,36 +208,28 @@ class _Hard:
         """Each rule of workload ``i`` with the (N,) nodes it allows."""
         x = self.p.workloads[i]
         out: list[tuple[str, np.ndarray]] = []
+        nodes = self.p.node_index
         if x.required_affinity:
             terms = x.required_affinity
-            has_keys = np.logical_and.reduce([self.domains(t.topology_key)[0] >= 0 for t in terms])
             wit = self.witnesses(terms)
-            ok = np.logical_and.reduce([self._near(wit, t.topology_key) for t in terms])
-            if not ok.any():
-                placed = self.p.where[wit]
-                placed = placed[placed >= 0]
-                keyed = np.logical_or.reduce([self.domains(t.topology_key)[0] >= 0 for t in terms])
-                if wit[i] and not keyed[placed].any():
-                    ok = np.ones(len(self.p.nodes), dtype=bool)  # the first of a series
-            out.append(("required pod affinity", ok & has_keys))
+            ok = required_affinity_ok(nodes, [t.topology_key for t in terms], self.placed(wit), bool(wit[i]))
+            out.append(("required pod affinity", ok))
         anti = np.ones(len(self.p.nodes), dtype=bool)
         for term in x.required_anti_affinity:
-            anti &= ~self._near(self.targets(term.selector), term.topology_key)
+            anti &= ~nodes.same_domain(term.topology_key, self.placed(self.targets(term.selector)))
         for t in self.anti_named.get(i, ()):
             owners, _, key = self.anti_terms[t]
-            placed = np.zeros(len(self.p.workloads), dtype=bool)
-            placed[owners] = True
-            anti &= ~self._near(placed, key)
+            on = self.p.where[owners]
+            anti &= ~nodes.same_domain(key, on[on >= 0])
         if x.required_anti_affinity or i in self.anti_named:
             out.append(("required pod anti-affinity", anti))
         if x.spread:
-            keyed = np.logical_and.reduce([self.domains(c.topology_key)[0] >= 0 for c in x.spread])
+            keyed = np.logical_and.reduce([nodes.domains(c.topology_key)[0] >= 0 for c in x.spread])
             for c in x.spread:
-                ids, n_dom = self.domains(c.topology_key)
+                ids, n_dom = nodes.domains(c.topology_key)
                 eligible = keyed & self.policy_mask(x, c.node_affinity_policy, c.node_taints_policy)
                 members = self.targets(c.selector)
-                placed = self.p.where[members]
-                ok, _, _ = spread_ok(c, ids, n_dom, eligible, placed[placed >= 0], bool(members[i]))
+                ok, _, _ = spread_ok(c, ids, n_dom, eligible, self.placed(members), bool(members[i]))
                 out.append((f"topology spread on {c.topology_key} (maxSkew {c.max_skew})", ok))
         return out
 

@@ -23,7 +23,7 @@ import numpy as np
 from kalena.core.ledger.fit import fits_mask, insufficient_resources_rows
 from kalena.core.model import Selector, SpreadConstraint, WorkloadSpec
 from kalena.core.placement.state import PassState
-from kalena.core.placement.topology import spread_ok
+from kalena.core.placement.topology import required_affinity_ok, spread_ok
 from kalena.core.resources import GPU
 from kalena.core.verdict import Reason, ReasonCode
 
@@ -342,15 +342,10 @@ class RequiredAffinity:
         terms = pod.required_affinity
         if not terms:
             return None
-        ids = [state.nodes.domains(t.topology_key)[0] for t in terms]
-        has_keys = np.logical_and.reduce([i >= 0 for i in ids])
         witnesses = frozenset.intersection(*(t.selector.names for t in terms))
         hit = state.matching_nodes(Selector(witnesses)) if witnesses else np.zeros(0, dtype=np.int64)
-        ok = has_keys & np.logical_and.reduce([state.nodes.same_domain(t.topology_key, hit) for t in terms])
-        if not ok.any():
-            keyed = np.logical_or.reduce([i >= 0 for i in ids])
-            if not keyed[hit].any() and pod.named_in(witnesses):
-                ok = has_keys
+        keys = [t.topology_key for t in terms]
+        ok = required_affinity_ok(state.nodes, keys, hit, pod.named_in(witnesses))
         return MaskCheck(ok, (Reason(ReasonCode.POD_AFFINITY),))
 
 

@@ -21,7 +21,7 @@ constraint budget.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -160,3 +160,19 @@ def spread_ok(
     ok = np.zeros(len(ids), dtype=bool)
     ok[has_key] = count[ids[has_key]] + int(self_match) - gmin <= constraint.max_skew
     return ok, count, gmin
+
+
+def required_affinity_ok(
+    nodes: NodeIndex, keys: Sequence[str], witnesses: np.ndarray, self_match: bool
+) -> np.ndarray:
+    """``(N,)`` bool: where a pod whose required pod affinity terms have topology ``keys`` may
+    go, given the nodes (with repeats) of the placed pods that all its terms select, as
+    kube-scheduler's InterPodAffinity decides: the node carries every key and each key's domain
+    there holds such a pod; else, when none is on a node carrying one of the keys and the pod is
+    selected by all its terms itself, any node carrying every key (the first of a series)."""
+    ids = [nodes.domains(k)[0] for k in keys]
+    has_keys = np.logical_and.reduce([i >= 0 for i in ids])
+    ok = has_keys & np.logical_and.reduce([nodes.same_domain(k, witnesses) for k in keys])
+    if not ok.any() and self_match and not np.logical_or.reduce([i >= 0 for i in ids])[witnesses].any():
+        return has_keys
+    return ok
