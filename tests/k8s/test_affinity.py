@@ -17,13 +17,11 @@ from kalena.core.ledger.observed import observed_ledger
 from kalena.core.placement import ContextKeeper, PlacementConfig, SchedulingDecision, schedule
 from kalena.deployability import Op, Semantics, Step, replay
 from kalena.deployability.model import (
-    PODS,
     Instance,
     NodeSelectorTerm,
     Requirement,
     Taint,
     Toleration,
-    frozen_map,
 )
 from kalena.deployability_gen import documents
 from kalena.k8s.affinity import bind_batch, resolve_pending
@@ -159,20 +157,13 @@ def test_every_placement_of_a_random_pass_keeps_kubernetes_rules_as_the_checker_
     types (anti-affinity and spread over hostname or zone, required node affinity by zone,
     namespaces, tolerations, 1-3 replicas), as Kubernetes YAML; one pass of Kalena's scheduler;
     every placement, in order, replays in the deployability verifier's independent checker from
-    the running pods (node pod counts left out: Kalena's scheduler does not count them)."""
+    the running pods (node pod counts included)."""
     rng = np.random.default_rng(seed)
     inst = random_instance(
         rng, n_nodes=int(rng.integers(1, 6)), n_types=int(rng.integers(1, 6)), spread_p=0.4
     )
     taint = Taint("t", "v", "NoSchedule")
-    nodes = tuple(
-        dataclasses.replace(
-            n,
-            taints=(taint,) if rng.random() < 0.3 else (),
-            allocatable=frozen_map({d: v for d, v in n.allocatable.items() if d != PODS}),
-        )
-        for n in inst.nodes
-    )
+    nodes = tuple(dataclasses.replace(n, taints=(taint,) if rng.random() < 0.3 else ()) for n in inst.nodes)
     types = tuple(
         dataclasses.replace(
             t,
@@ -212,3 +203,20 @@ def test_every_placement_of_a_random_pass_keeps_kubernetes_rules_as_the_checker_
     ]
     r = replay(inst, Semantics.KUBERNETES, steps, [])
     assert r.ok, r.message
+
+
+def test_a_nodes_pods_allocatable_bounds_what_kalena_binds_there():
+    """kubelet refuses a pod past ``pods`` (OutOfpods): every pod there counts, this pass's too."""
+    small = node("a1", "a")
+    small["status"]["allocatable"]["pods"] = "3"
+    nodes = [node_spec(small)[0], node_spec(node("a2", "a"))[0]]
+    assert nodes[0].max_pods == 3 and nodes[1].max_pods is None
+    views = [pod_view(p, batch_scheduler="kalena") for p in [pod("db", {"app": "db"}, node="a1")]]
+    views += [pod_view(pod(f"b-{i}", {"app": "b"}), batch_scheduler="kalena") for i in range(4)]
+    residents = [(v.spec, v.node) for v in views if v.node]
+    ledger, _ = observed_ledger(nodes, residents)
+    specs = [v.spec for v in views if not v.node]
+    ctx = ContextKeeper(ledger.node_names).context(0.0, specs)
+    d = schedule(specs, ledger, ctx, PlacementConfig(), np.random.default_rng(0))
+    on = [ledger.node_names[p.node] for p in d.placements]
+    assert on.count("a1") == 2 and on.count("a2") == 2  # db and two batch fill a1's three

@@ -294,8 +294,9 @@ class _Packer:
             raise ValueError("an extra workload repeats an id")
         self.load = np.zeros((len(self.req), n, len(DIMS)))
         self.count = np.zeros(n, dtype=np.int64)
-        self.max_pods = np.array([math.inf if nd.max_pods is None else nd.max_pods for nd in self.nodes])
-        self.pod_bound = bool(np.isfinite(self.max_pods).any())
+        bound = self.node_index.max_pods
+        self.pod_bound = bound is not None
+        self.max_pods = np.full(n, math.inf) if bound is None else bound
         self.where = np.full(w, -1, dtype=np.int64)
         self.steps: dict[int, None] = {}  # placed workloads in placement order
         self.targets = _Targets(cluster, self.index, w)

@@ -27,7 +27,7 @@ from typing import Any
 
 from kalena.core.classify import classify
 from kalena.core.model import NodeSpec, Taint, Tier, Toleration, WorkloadSpec
-from kalena.deployability.model import NodeSelectorTerm, PodAffinityTerm
+from kalena.deployability.model import PODS, NodeSelectorTerm, PodAffinityTerm
 from kalena.deployability.model import SpreadConstraint as KubeSpread
 from kalena.ir.errors import ProblemLog
 from kalena.manifests import fields as f
@@ -38,7 +38,8 @@ from kalena.manifests.podspec import pod_spec
 
 def node_spec(node: Mapping[str, Any]) -> tuple[NodeSpec, list[str]]:
     """A Node as the core sees it (``status.allocatable``, else ``capacity``; omitted cpu, memory
-    and storage unbounded, an omitted GPU none), and its problems."""
+    and storage unbounded, an omitted GPU none; ``pods`` as the most pods it takes), and its
+    problems."""
     meta = node.get("metadata") or {}
     name = str(meta.get("name") or "")
     log = ProblemLog(f"node {name}")
@@ -46,7 +47,7 @@ def node_spec(node: Mapping[str, Any]) -> tuple[NodeSpec, list[str]]:
     alloc = status.get("allocatable") or status.get("capacity") or {}
     units = {}
     for k, raw in dict(alloc).items():
-        if k in DIMENSIONS:
+        if k in DIMENSIONS or k == PODS:
             v = f.units(k, raw, ("status", "allocatable", k), log)
             if v is not None:
                 units[k] = v
@@ -56,7 +57,14 @@ def node_spec(node: Mapping[str, Any]) -> tuple[NodeSpec, list[str]]:
         Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
         for t in ((node.get("spec") or {}).get("taints") or [])
     )
-    spec = NodeSpec(name, allocatable=res, labels=labels, taints=taints, zone=labels.get(ZONE, ""))
+    spec = NodeSpec(
+        name,
+        allocatable=res,
+        labels=labels,
+        taints=taints,
+        zone=labels.get(ZONE, ""),
+        max_pods=units.get(PODS),
+    )
     return spec, [p.render() for p in log.problems]
 
 

@@ -88,6 +88,22 @@ class GpuRequested:
         return _all_fail(state, Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=gpu))
 
 
+class PodCount:
+    """A node takes at most its ``max_pods`` pods (Kubernetes' ``pods`` allocatable): every pod
+    the ledger holds there counts, and this pass's."""
+
+    name = "PodCount"
+    per_class = False
+    monotone = True
+
+    def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
+        limit = state.nodes.max_pods
+        if limit is None:
+            return None
+        room = state.service_count + state.batch_count < limit
+        return MaskCheck(room, (Reason(ReasonCode.INSUFFICIENT_RESOURCE, "pods"),))
+
+
 class NamespaceCap:
     """At most ``cap`` running batch workloads per namespace (seed 000 §4.5); counts include this pass."""
 
@@ -419,6 +435,7 @@ DEFAULT_FILTERS: tuple[Filter, ...] = (
     EvictionCooldown(),
     HarmfulPairing(),
     ReservationFit(),
+    PodCount(),
     ProductionAntiAffinityFilter(),
     OwnAntiAffinity(),
     ExistingAntiAffinity(),

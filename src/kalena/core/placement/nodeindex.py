@@ -37,6 +37,11 @@ class NodeIndex:
         self._tolerations: dict[tuple[Toleration, ...], np.ndarray] = {}
         self._domains: dict[str, tuple[np.ndarray, int]] = {}
         self._names: dict[frozenset[str], np.ndarray] = {}
+        bound = [n.max_pods for n in self.nodes]
+        #: (N,) the most pods each node takes (inf: no bound); None when no node has one
+        self.max_pods: np.ndarray | None = (
+            None if all(b is None for b in bound) else np.array([np.inf if b is None else b for b in bound])
+        )
 
     @property
     def all(self) -> np.ndarray:
