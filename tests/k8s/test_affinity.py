@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kalena.core.ledger import Ledger
 from kalena.core.ledger.observed import observed_ledger
+from kalena.core.model import NodeSpec
 from kalena.core.placement import ContextKeeper, PlacementConfig, SchedulingDecision, schedule
 from kalena.deployability import Op, Semantics, Step, replay
 from kalena.deployability.model import (
@@ -25,7 +26,7 @@ from kalena.deployability.model import (
 )
 from kalena.deployability_gen import documents
 from kalena.k8s.affinity import bind_batch, resolve_pending
-from kalena.k8s.objects import node_spec, pod_view
+from kalena.k8s.objects import PodView, node_spec, pod_view
 from kalena.testing.deployability import random_instance
 
 HOST = "kubernetes.io/hostname"
@@ -63,18 +64,24 @@ def pod(
     return {"metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec}
 
 
-def decide(pods: list[dict], zones: dict[str, str]) -> tuple[Ledger, SchedulingDecision]:
-    """One pass as the cache and the scheduler make it (resolve, then the core's schedule)."""
-    nodes = [node_spec(node(n, z))[0] for n, z in zones.items()]
-    views = [pod_view(p, batch_scheduler="kalena") for p in pods]
+def one_pass(nodes: list[NodeSpec], views: list[PodView]) -> tuple[Ledger, SchedulingDecision]:
+    """One pass as the cache and the scheduler make it: the rules resolved, the ledger observed
+    (its left-out nodes ineligible), the core's schedule."""
     residents = [(v.spec, v.node) for v in views if v.node]
     pending = resolve_pending([v for v in views if not v.node], residents, nodes)
     terms = {v.spec.id: v.anti_affinity for v in views if v.node and v.anti_affinity}
     residents = bind_batch(residents, [v.spec for v in pending], terms)
-    ledger, _ = observed_ledger(nodes, residents)
+    ledger, left_out = observed_ledger(nodes, residents)
     specs = [v.spec for v in pending]
     ctx = ContextKeeper(ledger.node_names).context(0.0, specs)
+    if left_out:
+        ctx = dataclasses.replace(ctx, eligible=np.array([n not in left_out for n in ledger.node_names]))
     return ledger, schedule(specs, ledger, ctx, PlacementConfig(), np.random.default_rng(0))
+
+
+def decide(pods: list[dict], zones: dict[str, str]) -> tuple[Ledger, SchedulingDecision]:
+    nodes = [node_spec(node(n, z))[0] for n, z in zones.items()]
+    return one_pass(nodes, [pod_view(p, batch_scheduler="kalena") for p in pods])
 
 
 def place(pods: list[dict], zones: dict[str, str]) -> dict[str, str]:
@@ -187,17 +194,7 @@ def test_every_placement_of_a_random_pass_keeps_kubernetes_rules_as_the_checker_
             p["spec"]["schedulerName"] = "kalena"
             pending.append(p)
     views = [pod_view(p, batch_scheduler="kalena") for p in running + pending]
-    specs = [node_spec(n)[0] for n in node_docs]
-    residents = [(v.spec, v.node) for v in views if v.node]
-    waiting = resolve_pending([v for v in views if not v.node], residents, specs)
-    terms = {v.spec.id: v.anti_affinity for v in views if v.node and v.anti_affinity}
-    residents = bind_batch(residents, [v.spec for v in waiting], terms)
-    ledger, left_out = observed_ledger(specs, residents)
-    batch = [v.spec for v in waiting]
-    ctx = ContextKeeper(ledger.node_names).context(0.0, batch)
-    if left_out:
-        ctx = dataclasses.replace(ctx, eligible=np.array([n not in left_out for n in ledger.node_names]))
-    d = schedule(batch, ledger, ctx, PlacementConfig(), np.random.default_rng(0))
+    ledger, d = one_pass([node_spec(n)[0] for n in node_docs], views)
     steps = [
         Step(Op.DEPLOY, p.workload.id.rsplit("-", 1)[0], ledger.node_names[p.node]) for p in d.placements
     ]
