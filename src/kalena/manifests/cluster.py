@@ -190,7 +190,7 @@ def to_cluster(m: Manifests) -> ManifestCluster:
         nodes.append(
             NodeSpec(
                 n.name,
-                # a node that states allocatable has none of a GPU it does not list
+                # no GPU unless the node lists one (as kalena.k8s reads a Node)
                 allocatable=core_resources(n.allocatable, float("inf"), absent={"gpu": 0.0}),
                 labels=dict(n.labels),
                 taints=_taints(n),
