@@ -32,12 +32,15 @@ Kubernetes would, never off fewer.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from kalena.core.model import NodeSpec, PodTerm, Selector, SpreadConstraint, Tier, WorkloadSpec
 from kalena.deployability import labels as lb
 from kalena.deployability.model import LabelSelector, Node, PodAffinityTerm
 from kalena.k8s.objects import PodView
+
+T = TypeVar("T")
 
 
 def _in_scope(term: PodAffinityTerm, owner_ns: str, pod_ns: str) -> bool:
@@ -46,23 +49,26 @@ def _in_scope(term: PodAffinityTerm, owner_ns: str, pod_ns: str) -> bool:
     return lb.term_namespaces_match(term, owner_ns, pod_ns, lambda ns: {})
 
 
-def _groups(specs: Sequence[WorkloadSpec]) -> dict[tuple[str, frozenset[tuple[str, str]]], list[str]]:
-    """Pod ids by (namespace, label set): one selector test a group."""
-    out: dict[tuple[str, frozenset[tuple[str, str]]], list[str]] = {}
+#: pod ids by (namespace, label set), with the labels as a dict: one selector test a group
+Groups = list[tuple[str, dict[str, str], list[str]]]
+
+
+def _groups(specs: Sequence[WorkloadSpec]) -> Groups:
+    by: dict[tuple[str, frozenset[tuple[str, str]]], tuple[str, dict[str, str], list[str]]] = {}
     for w in specs:
-        out.setdefault((w.namespace, frozenset(w.labels.items())), []).append(w.id)
-    return out
-
-
-Groups = Mapping[tuple[str, frozenset[tuple[str, str]]], list[str]]
+        key = (w.namespace, frozenset(w.labels.items()))
+        if key not in by:
+            by[key] = (w.namespace, dict(w.labels), [])
+        by[key][2].append(w.id)
+    return list(by.values())
 
 
 def _term_hits(groups: Groups, term: PodAffinityTerm, owner_ns: str) -> frozenset[str]:
     """The pods a (anti-)affinity term of a pod in ``owner_ns`` selects."""
     return frozenset(
         x
-        for (ns, labels), ids in groups.items()
-        if _in_scope(term, owner_ns, ns) and lb.selector_matches(term.selector, dict(labels))
+        for ns, labels, ids in groups
+        if _in_scope(term, owner_ns, ns) and lb.selector_matches(term.selector, labels)
         for x in ids
     )
 
@@ -71,21 +77,41 @@ def _spread_hits(groups: Groups, selector: LabelSelector | None, ns: str) -> fro
     """The pods a spread constraint counts: its namespace's, by its selector."""
     return frozenset(
         x
-        for (pod_ns, labels), ids in groups.items()
-        if pod_ns == ns and lb.selector_matches(selector, dict(labels))
+        for pod_ns, labels, ids in groups
+        if pod_ns == ns and lb.selector_matches(selector, labels)
         for x in ids
     )
+
+
+def _selector_key(sel: LabelSelector | None) -> object:
+    if sel is None:
+        return None
+    return (tuple(sorted(sel.match_labels.items())), sel.match_expressions)
+
+
+def _term_key(term: PodAffinityTerm) -> object:
+    """What a term's resolution depends on (the pods of one job share it: resolved once)."""
+    ns_sel = None if term.namespace_selector is None else _selector_key(term.namespace_selector)
+    return (_selector_key(term.selector), term.topology_key, term.namespaces, ns_sel)
 
 
 def resolve_pending(
     pending: Sequence[PodView], residents: Sequence[tuple[WorkloadSpec, str]], nodes: Sequence[NodeSpec]
 ) -> list[PodView]:
     """``pending`` with each pod's node affinity, anti-affinity terms and spread constraints
-    resolved against this pass's nodes and pods (module docstring)."""
+    resolved against this pass's nodes and pods (module docstring). Each distinct rule is
+    resolved once (a job's pods share theirs)."""
     if not any(v.affinity or v.anti_affinity or v.spread or v.node_affinity is not None for v in pending):
         return list(pending)
     groups = _groups([*(w for w, _ in residents), *(v.spec for v in pending)])
     kube_nodes = [Node(n.name, dict(n.labels)) for n in nodes]
+    memo: dict[object, object] = {}
+
+    def once(key: object, work: Callable[[], T]) -> T:
+        if key not in memo:
+            memo[key] = work()
+        return memo[key]  # type: ignore[return-value]
+
     out = []
     for v in pending:
         w = v.spec
@@ -95,16 +121,30 @@ def resolve_pending(
         names = None
         if v.node_affinity is not None:
             terms = v.node_affinity
-            names = frozenset(n.name for n in kube_nodes if any(lb.node_term_matches(t, n) for t in terms))
+            names = once(
+                ("node", terms),
+                lambda terms=terms: frozenset(
+                    n.name for n in kube_nodes if any(lb.node_term_matches(t, n) for t in terms)
+                ),
+            )
         aff, anti = (
-            tuple(PodTerm(Selector(_term_hits(groups, t, w.namespace)), t.topology_key) for t in terms)
+            tuple(
+                once(
+                    ("term", _term_key(t), w.namespace),
+                    lambda t=t, ns=w.namespace: PodTerm(Selector(_term_hits(groups, t, ns)), t.topology_key),
+                )
+                for t in terms
+            )
             for terms in (v.affinity, v.anti_affinity)
         )
         spread = tuple(
             SpreadConstraint(
                 c.max_skew,
                 c.topology_key,
-                Selector(_spread_hits(groups, c.selector, w.namespace)),
+                once(
+                    ("spread", _selector_key(c.selector), w.namespace),
+                    lambda c=c, ns=w.namespace: Selector(_spread_hits(groups, c.selector, ns)),
+                ),
                 c.min_domains,
                 c.node_affinity_policy,
                 c.node_taints_policy,
@@ -129,12 +169,16 @@ def bind_batch(
     (the core's ExistingAntiAffinity)."""
     batch = _groups([*(w for w, _ in residents if w.tier is not Tier.SERVICE), *pending])
     out = []
+    memo: dict[object, frozenset[str]] = {}
     for w, node in residents:
         own = terms.get(w.id)
         if own:
             resolved = []
             for term in own:
-                names = _term_hits(batch, term, w.namespace)
+                key = (_term_key(term), w.namespace)
+                if key not in memo:
+                    memo[key] = _term_hits(batch, term, w.namespace)
+                names = memo[key]
                 if names:
                     resolved.append(PodTerm(Selector(names), term.topology_key))
             if resolved:

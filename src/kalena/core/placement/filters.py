@@ -333,13 +333,12 @@ class ExistingAntiAffinity:
     monotone = True
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None:
-        blocked = None
-        for node, sel, key in state.batch_anti_terms():
-            if sel.matches(pod):
-                near = state.nodes.same_domain(key, np.array([node], dtype=np.int64))
-                blocked = near if blocked is None else blocked | near
-        if blocked is None:
+        blocking = state.batch_anti_blocking(pod)
+        if not blocking:
             return None
+        blocked = np.logical_or.reduce(
+            [state.nodes.same_domain(key, np.array(on, dtype=np.int64)) for key, on in blocking]
+        )
         return MaskCheck(~blocked, (Reason(ReasonCode.EXISTING_ANTI_AFFINITY),))
 
 

@@ -64,7 +64,9 @@ class PassState:
         self._placed_specs: list[WorkloadSpec] = []
         self._overlay = ResidentIndex()  # this pass's placements by identity and label, built on demand
         self._indexed = 0  # placements already in the overlay
-        self._anti: list[tuple[int, Selector, str]] | None = None  # batch_anti_terms, built when asked
+        self._ledger_matches: dict[tuple[object, ...], np.ndarray] = {}
+        #: placed batch pods' anti-affinity terms, built when first asked
+        self._anti: _AntiIndex | None = None
         self.colocation = colocation(self.service_count, self.batch_count)  # the term, kept per placement
         self.eligible = nodes.all if ctx.eligible is None else np.asarray(ctx.eligible, dtype=bool)
         self.stability = (
@@ -105,7 +107,10 @@ class PassState:
 
     def matching_nodes(self, selector: Selector) -> np.ndarray:
         """Node of every resident (ledger or this pass) that ``selector`` matches, with repeats."""
-        base = self.ledger.matching_nodes(selector)
+        key = (selector.names, tuple(selector.match_labels.items()))
+        base = self._ledger_matches.get(key)
+        if base is None:  # the ledger does not change during a pass: asked once per selector
+            base = self._ledger_matches[key] = self.ledger.matching_nodes(selector)
         if not self.placed_nodes:
             return base
         while self._indexed < len(self._placed_specs):  # index the placements made since last asked
@@ -114,16 +119,25 @@ class PassState:
         extra = self._overlay.match(selector)
         if not extra:
             return base
-        mine = np.asarray(self.placed_nodes, dtype=np.int64)[
-            np.fromiter(extra, dtype=np.int64, count=len(extra))
-        ]
+        # only the matches' nodes (the whole list each time made a long pass quadratic)
+        placed = self.placed_nodes
+        mine = np.fromiter((placed[i] for i in extra), dtype=np.int64, count=len(extra))
         return np.concatenate([base, mine])
 
-    def batch_anti_terms(self) -> list[tuple[int, Selector, str]]:
-        """The ledger's :meth:`~kalena.core.ledger.Ledger.batch_anti_terms` and this pass's."""
-        if self._anti is None:
-            self._anti = self.ledger.batch_anti_terms()
-        return self._anti
+    def batch_anti_blocking(self, pod: WorkloadSpec) -> list[tuple[str, list[int]]]:
+        """``(topology key, nodes)`` of the placed batch pods' required anti-affinity terms that
+        select ``pod`` (the ledger's and this pass's), found through the names the terms give (a
+        Kubernetes shell resolves its selectors to names) and a scan of any by labels. A job's
+        pods share one term: it is indexed once, its nodes gathered."""
+        anti = self._anti
+        if anti is None:
+            anti = self._anti = _AntiIndex()
+            for node, sel, key in self.ledger.batch_anti_terms():
+                anti.add(node, sel, key)
+            for placed, node in zip(self._placed_specs, self.placed_nodes, strict=True):
+                for t in placed.required_anti_affinity:
+                    anti.add(node, t.selector, t.topology_key)
+        return anti.selecting(pod)
 
     def place(self, pod: WorkloadSpec, node: int) -> int:
         """Record a placement in the pass; returns the node epoch the commitment is computed against."""
@@ -134,10 +148,9 @@ class PassState:
         self.ns_running[pod.namespace] = self.ns_running.get(pod.namespace, 0) + 1
         self._placed_specs.append(pod)
         self.placed_nodes.append(node)
-        if pod.required_anti_affinity:
-            self.batch_anti_terms().extend(
-                (node, t.selector, t.topology_key) for t in pod.required_anti_affinity
-            )
+        if pod.required_anti_affinity and self._anti is not None:  # (else indexed when first asked)
+            for t in pod.required_anti_affinity:
+                self._anti.add(node, t.selector, t.topology_key)
         self.placed += 1
         # colocation() of the node's new counts: batch is now resident there
         self.colocation[node] = 1.0 if self.service_count[node] > 0 else 0.0
@@ -146,3 +159,35 @@ class PassState:
             s[GPU] = 0.0
             self.scores.sync_node(node, s)
         return epoch
+
+
+class _AntiIndex:
+    """Placed pods' anti-affinity terms: each distinct (selector, key) once with the nodes of the
+    pods that carry it, found by the names it gives (and a scan of those by labels)."""
+
+    def __init__(self) -> None:
+        self.terms: list[tuple[Selector, str, list[int]]] = []
+        self._id: dict[tuple[object, ...], int] = {}
+        self._by_name: dict[str, list[int]] = {}
+        self._by_labels: list[int] = []
+
+    def add(self, node: int, sel: Selector, key: str) -> None:
+        k = (sel.names, tuple(sel.match_labels.items()), key)
+        t = self._id.get(k)
+        if t is None:
+            t = self._id[k] = len(self.terms)
+            self.terms.append((sel, key, []))
+            for name in sel.names:
+                self._by_name.setdefault(name, []).append(t)
+            if sel.match_labels:
+                self._by_labels.append(t)
+        self.terms[t][2].append(node)
+
+    def selecting(self, pod: WorkloadSpec) -> list[tuple[str, list[int]]]:
+        hits: dict[int, None] = {}
+        for spelling in pod.spellings():
+            hits.update(dict.fromkeys(self._by_name.get(spelling, ())))
+        for t in self._by_labels:
+            if self.terms[t][0].matches(pod):
+                hits[t] = None
+        return [(self.terms[t][1], self.terms[t][2]) for t in hits]
