@@ -88,6 +88,10 @@ class Selector:
     def is_empty(self) -> bool:
         return not self.names and not self.match_labels
 
+    def key(self) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+        """What the selector matches by, hashable (a dict key for indexes and memos)."""
+        return self.names, frozenset(self.match_labels.items())
+
 
 @dataclass(frozen=True, slots=True)
 class SpreadConstraint:

@@ -96,10 +96,6 @@ class _Targets:
                 self.anti_of[t].append(i)
 
 
-def _selector_key(sel: Selector) -> tuple[object, ...]:
-    return (sel.names, tuple(sorted(sel.match_labels.items())))
-
-
 class _Hard:
     """The Kubernetes rules that depend on where the others went, as kube-scheduler's
     InterPodAffinity and PodTopologySpread filters decide them (``kalena.deployability``'s
@@ -135,7 +131,7 @@ class _Hard:
         for i in ruled:  # (an IR cluster has none: these loops then cost nothing)
             x = packer.workloads[i]
             for term in x.required_anti_affinity:
-                k = (x.declaration or x.id, _selector_key(term.selector), term.topology_key)
+                k = (x.declaration or x.id, term.selector.key(), term.topology_key)
                 terms.setdefault(k, ([], term.selector, term.topology_key))[0].append(i)
         self.anti_terms = [
             (np.array(owners, dtype=np.int64), self.targets(sel), key) for owners, sel, key in terms.values()
@@ -182,7 +178,7 @@ class _Hard:
 
     def targets(self, sel: Selector) -> np.ndarray:
         """(W,) bool: the workloads ``sel`` names."""
-        key = _selector_key(sel)
+        key = sel.key()
         hit = self._targets.get(key)
         if hit is None:
             hit = np.zeros(len(self.p.workloads), dtype=bool)
@@ -197,7 +193,7 @@ class _Hard:
         return nodes[nodes >= 0]
 
     def witnesses(self, terms: tuple[PodTerm, ...]) -> np.ndarray:
-        key = tuple((_selector_key(t.selector), t.topology_key) for t in terms)
+        key = tuple((t.selector.key(), t.topology_key) for t in terms)
         hit = self._witnesses.get(key)
         if hit is None:
             hit = np.logical_and.reduce([self.targets(t.selector) for t in terms])

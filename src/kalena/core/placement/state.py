@@ -107,7 +107,7 @@ class PassState:
 
     def matching_nodes(self, selector: Selector) -> np.ndarray:
         """Node of every resident (ledger or this pass) that ``selector`` matches, with repeats."""
-        key = (selector.names, tuple(selector.match_labels.items()))
+        key = selector.key()
         base = self._ledger_matches.get(key)
         if base is None:  # the ledger does not change during a pass: asked once per selector
             base = self._ledger_matches[key] = self.ledger.matching_nodes(selector)
@@ -172,7 +172,7 @@ class _AntiIndex:
         self._by_labels: list[int] = []
 
     def add(self, node: int, sel: Selector, key: str) -> None:
-        k = (sel.names, tuple(sel.match_labels.items()), key)
+        k = (*sel.key(), key)
         t = self._id.get(k)
         if t is None:
             t = self._id[k] = len(self.terms)

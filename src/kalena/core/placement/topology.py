@@ -33,10 +33,6 @@ from kalena.core.placement.nodeindex import NodeIndex
 _NAMED_MEMO_MAX = 1 << 17
 
 
-def _selector_key(sel: Selector) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
-    return sel.names, frozenset(sel.match_labels.items())
-
-
 class ProductionAntiAffinity:
     """Per batch pod, the ``(N,)`` mask of nodes some production anti-affinity term blocks."""
 
@@ -51,7 +47,7 @@ class ProductionAntiAffinity:
             if not spec.anti_affinity.is_empty():
                 terms.append((spec.anti_affinity, spec.anti_affinity_topology_key))
             for sel, topo in terms:
-                entry = groups.setdefault((*_selector_key(sel), topo), (sel, topo, []))
+                entry = groups.setdefault((*sel.key(), topo), (sel, topo, []))
                 entry[2].append(int(rows.node[row]))
         self._masks: list[np.ndarray] = []
         self._by_name: dict[str, list[int]] = {}
