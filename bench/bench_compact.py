@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {
         "command_wall_s": round(command_s, 1),
+        "command_parts_s": figures.get("wall_seconds", {}),
         "simulation_s": round(sim_s, 1),
         "one_pack_s": {"production": round(pack_s, 2), **arm_s},
         "figures": {

@@ -6,12 +6,17 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kalena.core.cluster import Cluster, Group
 from kalena.core.compaction import (
     BatchLoad,
+    Guide,
+    _search,
     arm,
     budget,
+    capacity_bound,
     compact,
     compacted,
     grown,
@@ -149,5 +154,60 @@ def test_the_volume_bound_skips_packs_and_changes_no_trial():
         finally:
             compaction.least_placed = original
         for q, f in zip(quick, full, strict=True):
-            assert dataclasses.replace(q, packs=0) == dataclasses.replace(f, packs=0)
+            assert dataclasses.replace(q, packs=0, bound=0) == dataclasses.replace(f, packs=0, bound=0)
         assert sum(q.packs for q in quick) < sum(f.packs for f in full)
+
+
+@given(n=st.integers(1, 400), data=st.data())
+def test_the_search_finds_the_boundary_from_any_start(n: int, data):
+    """Over a monotone answer (removing up to ``t`` nodes fits), a bisection and a gallop from any
+    start both end at ``t``, with its pack; a start at the boundary takes two probes."""
+    t = data.draw(st.integers(0, n - 1))
+    start = data.draw(st.none() | st.integers(-5, n + 5))
+    probes: list[int] = []
+
+    def probe(m: int):
+        probes.append(m)
+        return m  # the "pack" is the probe's count
+
+    lo, best = _search(probe, lambda m: m <= t, n, start)
+    assert lo == t and best == (None if t == 0 else t)
+    assert len(probes) == len(set(probes))  # no count probed twice
+    if start == t and 0 < t < n - 1:
+        assert sorted(probes) == [t, t + 1]
+
+
+def test_the_capacity_bound_is_the_fewest_nodes_from_the_end_of_the_order():
+    c = Cluster.build([node(f"n{i}", cpu=10 * (i + 1), ram=100) for i in range(4)], (), [])
+    need = np.zeros((1, 8))
+    need[0, 0] = 45.0  # cpu
+    assert capacity_bound(c, np.array([0, 1, 2, 3]), need) == 2  # 30 + 40 (10 + 20 are removed)
+    assert capacity_bound(c, np.array([3, 2, 1, 0]), need) == 3  # 10 + 20 < 45 <= 10 + 20 + 30
+    need[0, 0] = 95.0
+    assert capacity_bound(c, np.array([0, 1, 2, 3]), need) == 4  # every node: 100
+    need[0, 0] = 1000.0
+    assert capacity_bound(c, np.array([0, 1, 2, 3]), need) == 4  # nothing holds it: the whole pool
+
+
+def test_a_trial_guided_by_another_ends_where_a_bisection_does_with_fewer_packs():
+    nodes = [node(f"n{i}", cpu=10, ram=10) for i in range(30)]
+    wl = [workload(f"w/p-{i}", cpu=3, ram=1 + (i % 4)) for i in range(60)]
+    c = Cluster.build(nodes, (), wl)
+    batch = tuple(workload(f"b/t-{i}", cpu=2, ram=1, tier="batch") for i in range(40))
+    load = BatchLoad(batch, np.array([w.requests.array() * 0.5 for w in batch]), c.requests_matrix() * 0.7)
+    for kw in ({}, {"load": load, "reclaim": True}, {"load": load, "reclaim": False}):
+        plain = [trial(c, np.random.default_rng(s), **kw) for s in range(6)]
+        guided = [trial(c, np.random.default_rng(s), guide=Guide.of(plain[0]), **kw) for s in range(6)]
+        for p, g in zip(plain, guided, strict=True):
+            assert dataclasses.replace(p, packs=0) == dataclasses.replace(g, packs=0)
+            assert p.bound <= p.nodes
+        assert sum(g.packs for g in guided) < sum(p.packs for p in plain)
+    small = cluster_of(2, 3, cpu=6.0)  # 18 cpu in 20 yet one pod per node: it grows, packed once
+    plain = [trial(small, np.random.default_rng(s)) for s in range(4)]
+    guide = Guide.of(plain[0])
+    assert guide.grows and all(p.added > 0 for p in plain)
+    guided = [trial(small, np.random.default_rng(s), guide=guide) for s in range(4)]
+    assert [dataclasses.replace(g, packs=0) for g in guided] == [
+        dataclasses.replace(p, packs=0) for p in plain
+    ]
+    assert sum(g.packs for g in guided) < sum(p.packs for p in plain)

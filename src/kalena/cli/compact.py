@@ -11,7 +11,10 @@ a workload that does not fit even sixteen times the cluster, or an unwritable ``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import pickle
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -22,7 +25,15 @@ from rich.table import Table
 from kalena.cli.fanout import MANIFESTS, JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
 from kalena.cli.screen import bad_input, command_line, progress_bar, table_console
 from kalena.core.cluster import Cluster
-from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, BatchLoad, Compaction, Trial, trial
+from kalena.core.compaction import (
+    DEFAULT_TRIALS,
+    PENDING_FRACTION,
+    BatchLoad,
+    Compaction,
+    Guide,
+    Trial,
+    trial,
+)
 from kalena.core.packing import pack
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
@@ -43,9 +54,26 @@ ARM_LABELS = {
 }
 
 
-def _one(source: tuple[str, ...], seed: int, fraction: float, load: BatchLoad | None, reclaim: bool) -> Trial:
-    """One trial in a worker process (the cluster read once per process)."""
-    return trial(worker_cluster(*source), np.random.default_rng(seed), fraction, load, reclaim)
+def _one(
+    source: tuple[str, ...],
+    seed: int,
+    fraction: float,
+    load: bytes | None,
+    reclaim: bool,
+    guide: Guide | None,
+) -> Trial:
+    """One trial in a worker process (the cluster read once per process, the batch load taken
+    from its pickle once per process)."""
+    batch = _unpickled(load) if load is not None else None
+    return trial(worker_cluster(*source), np.random.default_rng(seed), fraction, batch, reclaim, guide)
+
+
+@functools.lru_cache(maxsize=2)
+def _unpickled(blob: bytes) -> BatchLoad:
+    # The load (some 10,000 batch pods) goes to every job as the bytes it was pickled to once:
+    # a job costs a copy, not a pickling in the parent and an unpickling in the worker (0.3 s).
+    load: BatchLoad = pickle.loads(blob)  # our own pickle, made by the parent process
+    return load
 
 
 def _checkpoint(
@@ -213,6 +241,8 @@ def command(
             ) from None
     load, checkpoint, full, day = None, None, cluster, {}
     baseline = len({*placed.placement.values()}) if placed is not None else None
+    wall: dict[str, float] = {}
+    t0 = time.perf_counter()
     if batch_hours > 0:
         cp, full, day = _checkpoint(paths, cluster, placed, batch_hours, seed, as_json, validate)
         load = cp.load
@@ -221,10 +251,13 @@ def command(
             "reserved_share": round(cp.share(cluster), 4),
             "batch_pods": len(load.batch),
         }
+        wall["checkpoint_run"] = round(time.perf_counter() - t0, 2)
     arms = [("production", None, True)] + (
         [("reclaim_on", load, True), ("reclaim_off", load, False)] if load else []
     )
+    t0 = time.perf_counter()
     results = _run_trials(source, arms, trials, workers, scheduler, pending_fraction, as_json)
+    wall["trials"] = round(time.perf_counter() - t0, 2)
     figures: dict[str, Any] = {
         "command": command_line(),
         "nodes": len(cluster.nodes),
@@ -248,6 +281,7 @@ def command(
                     "added": t.added,
                     "pending": list(t.pending),
                     "packs": t.packs,
+                    "capacity_bound": t.bound,
                 }
                 for s, t in enumerate(result.trials)
             ],
@@ -255,7 +289,10 @@ def command(
     if load is not None:
         figures["extra_nodes_without_reclamation"] = results["reclaim_off"].p90 - results["reclaim_on"].p90
     if validate:
+        t0 = time.perf_counter()
         figures["validation"] = _validate(full, day, results["reclaim_on"], batch_hours, seed, as_json)
+        wall["validation"] = round(time.perf_counter() - t0, 2)
+    figures["wall_seconds"] = wall
     if out is not None:
         try:  # both files or neither: written aside and renamed into place together
             write_files_atomic(
@@ -280,14 +317,53 @@ def _run_trials(
     fraction: float,
     quiet: bool,
 ) -> dict[str, Compaction]:
-    jobs = [(name, s, load, reclaim) for name, load, reclaim in arms for s in range(trials)]
+    """Each arm's trials: its first bisects, and what it found guides the search of the rest
+    (``kalena.core.compaction.Guide``), so the rest run once the firsts are done."""
+    blobs = {id(load): pickle.dumps(load) for _, load, _ in arms if load is not None}
+    sent = [(name, blobs.get(id(load)), reclaim) for name, load, reclaim in arms]
+    firsts = _wave(
+        source,
+        [(name, 0, blob, reclaim, None) for name, blob, reclaim in sent],
+        workers,
+        scheduler,
+        fraction,
+        quiet,
+        "compaction trials (the first of each arm)",
+    )
+    rest = _wave(
+        source,
+        [
+            (name, s, blob, reclaim, Guide.of(first))
+            for (name, blob, reclaim), first in zip(sent, firsts, strict=True)
+            for s in range(1, trials)
+        ],
+        workers,
+        scheduler,
+        fraction,
+        quiet,
+        "compaction trials",
+    )
+    by_job = {(name, 0): t for (name, _, _), t in zip(arms, firsts, strict=True)}
+    by_job.update(zip([(name, s) for name, _, _ in arms for s in range(1, trials)], rest, strict=True))
+    return {name: Compaction(tuple(by_job[(name, s)] for s in range(trials))) for name, _, _ in arms}
+
+
+def _wave(
+    source: tuple[str, ...],
+    jobs: list[tuple[str, int, bytes | None, bool, Guide | None]],
+    workers: int,
+    scheduler: str | None,
+    fraction: float,
+    quiet: bool,
+    label: str,
+) -> list[Trial]:
     try:
-        done = run_all(
+        return run_all(
             _one,
-            [(source, s, fraction, load, reclaim) for _, s, load, reclaim in jobs],
+            [(source, s, fraction, load, reclaim, guide) for _, s, load, reclaim, guide in jobs],
             workers=workers,
             scheduler=scheduler,
-            label="compaction trials",
+            label=label,
             quiet=quiet,
         )
     except JobFailed as e:
@@ -296,8 +372,6 @@ def _run_trials(
         raise bad_input(
             [f"trial {jobs[e.index][1]} of {jobs[e.index][0]}: the run failed ({e.error!r})"]
         ) from None
-    by_job = dict(zip([(name, s) for name, s, _, _ in jobs], done, strict=True))
-    return {name: Compaction(tuple(by_job[(name, s)] for s in range(trials))) for name, _, _ in arms}
 
 
 def _show(figures: dict[str, Any], results: dict[str, Compaction], trials: int, fraction: float) -> None:

@@ -2,8 +2,9 @@
 
 One **trial** draws a random order in which to remove nodes (from the generator it is given), and
 finds the largest number of them that can go while :func:`~kalena.core.packing.pack` still places
-the workload, repacking from scratch each time. It bisects over that number (about log2 N packs, not N); a
-greedy packer is not strictly monotone in the nodes it is given, so the bisection answers "a
+the workload, repacking from scratch each time. It searches that number (a bisection, about
+log2 N packs, not N; or, guided by another trial, a gallop from where that one ended, about 2); a
+greedy packer is not strictly monotone in the nodes it is given, so the search answers "a
 smallest cluster the packer fits, along this removal order", which is what a trial reports.
 
 As Borg did, so that a handful of pathological workloads do not decide the figure:
@@ -27,14 +28,15 @@ the reservations are a moment's (:class:`BatchLoad`; a shell takes them from a s
 
 Several trials (11 by default) give a distribution; :class:`Compaction` reports its 90th
 percentile with the min and max, Borg's Fig. 10 bars. Trials are independent pure functions of
-(cluster, generator), so a shell may run them in parallel processes, one seeded generator each.
+(cluster, generator, guide), so a shell may run them in parallel processes, one seeded generator
+each: the first of an arm bisects, and what it found (:class:`Guide`) guides the others' search.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,10 +96,25 @@ class Trial:
     nodes: int
     removed: tuple[str, ...]
     pending: tuple[str, ...]
-    packs: int  # how many packs the bisection ran
+    packs: int  # how many packs the search ran
     added: int = 0  # clones of the cluster's nodes added to the pool before removing (too small)
     kept: tuple[str, ...] = ()
     placement: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    bound: int = 0  # the fewest nodes whose capacity could hold the workload along the order
+
+
+@dataclass(frozen=True, slots=True)
+class Guide:
+    """What the first trial of an arm tells the others' search (:func:`trial`): how many nodes
+    above its capacity bound it ended (``gap``), and whether the whole cluster was too small
+    (``grows``: its pack is the same in every trial, as is its answer)."""
+
+    gap: int
+    grows: bool
+
+    @classmethod
+    def of(cls, first: Trial) -> Guide:
+        return cls(first.nodes - first.bound, first.added > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,15 +186,24 @@ def trial(
     pending_fraction: float = PENDING_FRACTION,
     load: BatchLoad | None = None,
     reclaim: bool = True,
+    guide: Guide | None = None,
 ) -> Trial:
     """The smallest cluster along one random removal order (module docstring), for production
-    alone or with ``load``'s batch in the arm ``reclaim`` says (:func:`arm`)."""
+    alone or with ``load``'s batch in the arm ``reclaim`` says (:func:`arm`).
+
+    ``guide``: what another trial of the same arm found (:class:`Guide`). The search then first
+    probes this trial's capacity bound plus the guide's gap and gallops from there (about 2 packs
+    where a bisection takes 6), and a whole cluster the guide saw too small is not packed again
+    (the same pack, the same answer). Without it, the search bisects. Either way the search ends
+    at a removal count that fits with one more that does not."""
     cluster = relax_large_gangs(cluster)
     extra, ledgers = arm(cluster, load, reclaim)
     allowance = budget(cluster, pending_fraction, len(extra))
     clone_order = rng.permutation(len(cluster.nodes))
     packs = 0
     need = least_placed(cluster, extra, ledgers, allowance)
+    empty = not cluster.workloads and not extra
+    none = np.zeros(0, dtype=np.int64)
 
     def fits(r: PackResult | None) -> bool:
         return r is not None and len(r.pending) <= allowance
@@ -196,7 +222,7 @@ def trial(
 
     # the pool: the cluster, grown by clones of its nodes (in a random order) while too small
     pool, added = cluster, 0
-    best = attempt(pool, np.zeros(0, dtype=np.int64))
+    best = None if guide is not None and guide.grows else attempt(pool, none)
     while not fits(best):
         if added >= MAX_GROWTH * len(cluster.nodes) or not cluster.nodes:
             raise ValueError(
@@ -205,20 +231,17 @@ def trial(
             )
         added = max(1, 2 * added, len(cluster.nodes) // 8)
         pool = grown(cluster, clone_order, added)
-        best = attempt(pool, np.zeros(0, dtype=np.int64))
-    assert best is not None
+        best = attempt(pool, none)
     n = len(pool.nodes)
     order = rng.permutation(n)
-    lo, hi = 0, n  # lo removed: fits; hi removed: assumed not to (unless the workload is empty)
-    if not cluster.workloads and not extra:
-        lo = hi = n
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        r = attempt(pool, order[:mid])
-        if fits(r):
-            lo, best = mid, r
-        else:
-            hi = mid
+    bound = capacity_bound(pool, order, need)
+    if empty:
+        lo = n
+    else:
+        start = None if guide is None else n - bound - guide.gap
+        lo, found = _search(lambda m: attempt(pool, order[:m]), fits, n, start)
+        best = found if found is not None else best
+    assert best is not None
     names = [nd.name for nd in pool.nodes]
     own = {w.id for w in cluster.workloads}
     return Trial(
@@ -229,7 +252,50 @@ def trial(
         added=added,
         kept=tuple(names[i] for i in sorted(order[lo:].tolist())),
         placement={w: nd for w, nd in best.placement.items() if w in own},
+        bound=bound,
     )
+
+
+def _search(
+    probe: Callable[[int], PackResult | None],
+    fits: Callable[[PackResult | None], bool],
+    n: int,
+    start: int | None,
+) -> tuple[int, PackResult | None]:
+    """The removal count ``lo`` whose probe fits with ``lo + 1``'s not (0 is taken to fit, ``n``
+    not to), and ``lo``'s pack (None for 0). From ``start``: one probe there, then steps of 1, 2,
+    4, ... towards the boundary, then a bisection; without it, a bisection of ``[0, n]``."""
+    lo, hi, best = 0, n, None
+
+    def at(m: int) -> bool:
+        nonlocal lo, hi, best
+        r = probe(m)
+        if fits(r):
+            lo, best = m, r
+            return True
+        hi = m
+        return False
+
+    if start is not None and hi - lo > 1:
+        up = at(min(max(start, lo + 1), hi - 1))
+        step = 1
+        while hi - lo > 1 and at(min(lo + step, hi - 1) if up else max(hi - step, lo + 1)) == up:
+            step *= 2
+    while hi - lo > 1:
+        at((lo + hi) // 2)
+    return lo, best
+
+
+def capacity_bound(pool: Cluster, order: np.ndarray, need: np.ndarray) -> int:
+    """The fewest nodes, kept from the end of ``order``, whose capacity holds ``need`` (L, 8) in
+    every ledger (:func:`least_placed`): no pack along ``order`` can do with fewer."""
+    n = len(order)
+    cap = tolerant_capacity(pool.capacity_matrix())[order]
+    room = np.cumsum(cap[::-1], axis=0)[::-1]  # room[m]: the nodes left after removing m
+    ok = ~(need[None, :, :] > room[:, None, :] * (1.0 + 1e-9)).any(axis=(1, 2))
+    if not n or not ok[0]:
+        return n
+    return n - int(np.flatnonzero(ok)[-1])
 
 
 def least_placed(
