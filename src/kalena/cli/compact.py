@@ -11,28 +11,23 @@ a workload that does not fit even sixteen times the cluster, or an unwritable ``
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import pickle
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
 from rich.table import Table
 
-from kalena.cli.fanout import MANIFESTS, JobFailed, SchedulerOpt, WorkersOpt, run_all, worker_cluster
+from kalena.cli.compact_trials import TrialFailed, TrialRunner
+from kalena.cli.fanout import MANIFESTS, SchedulerOpt, WorkersOpt, submitter, worker_cluster, workers_of
 from kalena.cli.screen import bad_input, command_line, progress_bar, table_console
 from kalena.core.cluster import Cluster
 from kalena.core.compaction import (
     DEFAULT_TRIALS,
     PENDING_FRACTION,
-    BatchLoad,
     Compaction,
-    Guide,
-    Trial,
-    trial,
 )
 from kalena.core.packing import pack
 from kalena.data import irina_paths
@@ -54,28 +49,6 @@ ARM_LABELS = {
 }
 
 
-def _one(
-    source: tuple[str, ...],
-    seed: int,
-    fraction: float,
-    load: bytes | None,
-    reclaim: bool,
-    guide: Guide | None,
-) -> Trial:
-    """One trial in a worker process (the cluster read once per process, the batch load taken
-    from its pickle once per process)."""
-    batch = _unpickled(load) if load is not None else None
-    return trial(worker_cluster(*source), np.random.default_rng(seed), fraction, batch, reclaim, guide)
-
-
-@functools.lru_cache(maxsize=2)
-def _unpickled(blob: bytes) -> BatchLoad:
-    # The load (some 10,000 batch pods) goes to every job as the bytes it was pickled to once:
-    # a job costs a copy, not a pickling in the parent and an unpickling in the worker (0.3 s).
-    load: BatchLoad = pickle.loads(blob)  # our own pickle, made by the parent process
-    return load
-
-
 def _checkpoint(
     paths: list[str],
     cluster: Cluster,
@@ -84,10 +57,12 @@ def _checkpoint(
     seed: int,
     quiet: bool,
     validate: bool,
+    runner: TrialRunner,
 ) -> tuple[Checkpoint, Cluster, dict[str, Any]]:
     """Simulate ``hours`` on the cluster as ``placed`` (its blueprint; without one, the packer's
     placement): the worst hourly checkpoint, the cluster as simulated and, with ``validate``, the
-    day's SLO proxy (what the validation day is set beside; empty without)."""
+    day's SLO proxy (what the validation day is set beside; empty without). The batch arms of
+    ``runner`` follow the worst checkpoint so far while the run goes on."""
     from kalena.sim import SimConfig, Simulation
     from kalena.sim.checkpoint import run_with_checkpoints, worst
     from kalena.sim.validation import slo_figures
@@ -98,13 +73,28 @@ def _checkpoint(
             raise bad_input([f"{paths[-1]}: production does not pack: {len(result.pending)} pods pending"])
         placed = dataclasses.replace(cluster, placement=result.placement)
     sim = Simulation(placed, SimConfig(hours=hours, seed=seed))
+    so_far: list[Checkpoint] = []
+
+    def taken(cp: Checkpoint) -> None:
+        if not so_far or worst([so_far[0], cp], cluster) is cp:  # a new worst: the batch arms follow it
+            so_far[:] = [cp]
+            blob = pickle.dumps(cp.load)
+            runner.start("reclaim_on", blob, True)
+            runner.start("reclaim_off", blob, False)
+
+    def tick(k: int, _total: int) -> None:
+        bar.update(task, completed=k)
+        runner.pump()
+
     with progress_bar("simulating for checkpoints", quiet) as bar:
         task = bar.add_task("ticks", total=sim.cfg.ticks)
-        checkpoints = run_with_checkpoints(sim, cluster, progress=lambda k, _t: bar.update(task, completed=k))
+        checkpoints = run_with_checkpoints(sim, cluster, progress=tick, taken=taken)
     try:
-        return worst(checkpoints, cluster), placed, slo_figures(sim) if validate else {}
+        found = worst(checkpoints, cluster)
     except ValueError as e:
         raise bad_input([f"--batch-hours: {e} (value: {hours:g})"]) from None
+    assert found is so_far[0]
+    return found, placed, slo_figures(sim) if validate else {}
 
 
 def _validate(
@@ -243,20 +233,32 @@ def command(
     baseline = len({*placed.placement.values()}) if placed is not None else None
     wall: dict[str, float] = {}
     t0 = time.perf_counter()
-    if batch_hours > 0:
-        cp, full, day = _checkpoint(paths, cluster, placed, batch_hours, seed, as_json, validate)
-        load = cp.load
-        checkpoint = {
-            "time_h": cp.time / 3600.0,
-            "reserved_share": round(cp.share(cluster), 4),
-            "batch_pods": len(load.batch),
-        }
-        wall["checkpoint_run"] = round(time.perf_counter() - t0, 2)
-    arms = [("production", None, True)] + (
-        [("reclaim_on", load, True), ("reclaim_off", load, False)] if load else []
-    )
-    t0 = time.perf_counter()
-    results = _run_trials(source, arms, trials, workers, scheduler, pending_fraction, as_json)
+    after = workers_of(workers) if not scheduler else 3 * trials  # (Dask: its cluster queues them)
+    during = after - 1 if not scheduler and batch_hours > 0 else after  # the run keeps a CPU
+    try:
+        with submitter(workers, scheduler) as submit:
+            runner = TrialRunner(submit, source, trials, pending_fraction, during)
+            runner.start("production", None, True)  # needs nothing from the run
+            if batch_hours > 0:
+                cp, full, day = _checkpoint(
+                    paths, cluster, placed, batch_hours, seed, as_json, validate, runner
+                )
+                load = cp.load
+                checkpoint = {
+                    "time_h": cp.time / 3600.0,
+                    "reserved_share": round(cp.share(cluster), 4),
+                    "batch_pods": len(load.batch),
+                }
+                wall["checkpoint_run"] = round(time.perf_counter() - t0, 2)
+                t0 = time.perf_counter()
+            with progress_bar("compaction trials", as_json) as bar:
+                task = bar.add_task("trials", total=trials * len(runner.arms))
+                results = runner.finish(after, lambda k, _t: bar.update(task, completed=k))
+    except TrialFailed as e:
+        if isinstance(e.error, ValueError):  # the workload does not fit even a grown cluster
+            raise bad_input([f"{source[-1]}: {e.error}"]) from None
+        raise bad_input([f"trial {e.seed} of {e.arm}: the run failed ({e.error!r})"]) from None
+    results = {name: results[name] for name in ARM_LABELS if name in results}  # the table's order
     wall["trials"] = round(time.perf_counter() - t0, 2)
     figures: dict[str, Any] = {
         "command": command_line(),
@@ -306,72 +308,6 @@ def command(
     _show(figures, results, trials, pending_fraction)
     if out is not None:
         table_console().print(f"wrote {out / RECORD_FILE} and {out / PLOT_FILE}")
-
-
-def _run_trials(
-    source: tuple[str, ...],
-    arms: list[tuple[str, BatchLoad | None, bool]],
-    trials: int,
-    workers: int,
-    scheduler: str | None,
-    fraction: float,
-    quiet: bool,
-) -> dict[str, Compaction]:
-    """Each arm's trials: its first bisects, and what it found guides the search of the rest
-    (``kalena.core.compaction.Guide``), so the rest run once the firsts are done."""
-    blobs = {id(load): pickle.dumps(load) for _, load, _ in arms if load is not None}
-    sent = [(name, blobs.get(id(load)), reclaim) for name, load, reclaim in arms]
-    firsts = _wave(
-        source,
-        [(name, 0, blob, reclaim, None) for name, blob, reclaim in sent],
-        workers,
-        scheduler,
-        fraction,
-        quiet,
-        "compaction trials (the first of each arm)",
-    )
-    rest = _wave(
-        source,
-        [
-            (name, s, blob, reclaim, Guide.of(first))
-            for (name, blob, reclaim), first in zip(sent, firsts, strict=True)
-            for s in range(1, trials)
-        ],
-        workers,
-        scheduler,
-        fraction,
-        quiet,
-        "compaction trials",
-    )
-    by_job = {(name, 0): t for (name, _, _), t in zip(arms, firsts, strict=True)}
-    by_job.update(zip([(name, s) for name, _, _ in arms for s in range(1, trials)], rest, strict=True))
-    return {name: Compaction(tuple(by_job[(name, s)] for s in range(trials))) for name, _, _ in arms}
-
-
-def _wave(
-    source: tuple[str, ...],
-    jobs: list[tuple[str, int, bytes | None, bool, Guide | None]],
-    workers: int,
-    scheduler: str | None,
-    fraction: float,
-    quiet: bool,
-    label: str,
-) -> list[Trial]:
-    try:
-        return run_all(
-            _one,
-            [(source, s, fraction, load, reclaim, guide) for _, s, load, reclaim, guide in jobs],
-            workers=workers,
-            scheduler=scheduler,
-            label=label,
-            quiet=quiet,
-        )
-    except JobFailed as e:
-        if isinstance(e.error, ValueError):  # the workload does not fit even a grown cluster
-            raise bad_input([f"{source[-1]}: {e.error}"]) from None
-        raise bad_input(
-            [f"trial {jobs[e.index][1]} of {jobs[e.index][0]}: the run failed ({e.error!r})"]
-        ) from None
 
 
 def _show(figures: dict[str, Any], results: dict[str, Compaction], trials: int, fraction: float) -> None:

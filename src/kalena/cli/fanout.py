@@ -10,10 +10,11 @@ arguments, so the results are the same.
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from types import MappingProxyType
 from typing import Annotated, Any
@@ -96,7 +97,7 @@ def run_all(
         if scheduler:
             _on_dask(fn, jobs, scheduler, results, advance)
         else:
-            with ProcessPoolExecutor(max_workers=min(workers or os.cpu_count() or 1, len(jobs))) as pool:
+            with ProcessPoolExecutor(max_workers=min(workers_of(workers), len(jobs))) as pool:
                 futures = {pool.submit(fn, *job): i for i, job in enumerate(jobs)}
                 for f in as_completed(futures):
                     try:
@@ -108,6 +109,41 @@ def run_all(
     return results
 
 
+def workers_of(workers: int) -> int:
+    """``--workers``: 0 is one per CPU."""
+    return workers or os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def submitter(workers: int, scheduler: str | None) -> Iterator[Callable[..., Any]]:
+    """``submit(fn, *args)``, returning a future (``done``, ``result``, ``cancel``), for a sweep
+    whose jobs depend on earlier results: in ``workers`` local processes, or on the Dask cluster
+    whose scheduler is at ``scheduler``. Jobs still outstanding at the end are cancelled."""
+    if scheduler:
+        with _dask_client(scheduler) as client:
+            yield functools.partial(client.submit, pure=False)
+        return
+    with ProcessPoolExecutor(max_workers=workers_of(workers)) as pool:
+        try:
+            yield pool.submit
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _dask_client(scheduler: str) -> Any:
+    try:
+        from distributed import Client
+    except ImportError:
+        need = "needs Dask's distributed package: pip install 'kalena[dask]'"
+        raise bad_input([f"--scheduler: {need} (value: {scheduler!r})"]) from None
+    try:
+        return Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise bad_input(
+            [f"--scheduler: cannot reach a Dask scheduler there: {e} (value: {scheduler!r})"]
+        ) from None
+
+
 def _on_dask(
     fn: Callable[..., Any],
     jobs: Sequence[tuple[Any, ...]],
@@ -115,18 +151,9 @@ def _on_dask(
     results: list[Any],
     advance: Callable[[int], None],
 ) -> None:
-    try:
-        from distributed import Client
-        from distributed import as_completed as completed
-    except ImportError:
-        need = "needs Dask's distributed package: pip install 'kalena[dask]'"
-        raise bad_input([f"--scheduler: {need} (value: {scheduler!r})"]) from None
-    try:
-        client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
-    except (OSError, TimeoutError, ValueError) as e:
-        raise bad_input(
-            [f"--scheduler: cannot reach a Dask scheduler there: {e} (value: {scheduler!r})"]
-        ) from None
+    client = _dask_client(scheduler)  # (distributed is importable once it answers)
+    from distributed import as_completed as completed
+
     with client:
         futures = [client.submit(fn, *job, pure=False) for job in jobs]
         index = {f.key: i for i, f in enumerate(futures)}

@@ -68,14 +68,18 @@ def run_with_checkpoints(
     cluster: Cluster,
     every_s: float = HOUR_S,
     progress: Callable[[int, int], None] | None = None,
+    taken: Callable[[Checkpoint], None] | None = None,
 ) -> list[Checkpoint]:
-    """Run ``sim`` to its end, taking a checkpoint every ``every_s`` simulated seconds."""
+    """Run ``sim`` to its end, taking a checkpoint every ``every_s`` simulated seconds (each
+    handed to ``taken`` as it is taken)."""
     out: list[Checkpoint] = []
     every = sim.cfg.every(every_s)
 
     def tick(k: int, total: int) -> None:
         if k % every == 0:
             out.append(take(sim, cluster))
+            if taken is not None:
+                taken(out[-1])
         if progress is not None:
             progress(k, total)
 
