@@ -24,11 +24,7 @@ from kalena.cli.compact_trials import TrialFailed, TrialRunner
 from kalena.cli.fanout import MANIFESTS, SchedulerOpt, WorkersOpt, submitter, worker_cluster, workers_of
 from kalena.cli.screen import bad_input, command_line, progress_bar, table_console
 from kalena.core.cluster import Cluster
-from kalena.core.compaction import (
-    DEFAULT_TRIALS,
-    PENDING_FRACTION,
-    Compaction,
-)
+from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, Compaction
 from kalena.core.packing import pack
 from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
