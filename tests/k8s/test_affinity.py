@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping
 
 import numpy as np
 from hypothesis import given, settings
@@ -19,7 +20,9 @@ from kalena.core.placement import ContextKeeper, PlacementConfig, SchedulingDeci
 from kalena.deployability import Op, Semantics, Step, replay
 from kalena.deployability.model import (
     Instance,
+    LabelSelector,
     NodeSelectorTerm,
+    PodAffinityTerm,
     Requirement,
     Taint,
     Toleration,
@@ -64,13 +67,16 @@ def pod(
     return {"metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": spec}
 
 
-def one_pass(nodes: list[NodeSpec], views: list[PodView]) -> tuple[Ledger, SchedulingDecision]:
-    """One pass as the cache and the scheduler make it: the rules resolved, the ledger observed
-    (its left-out nodes ineligible), the core's schedule."""
+def one_pass(
+    nodes: list[NodeSpec], views: list[PodView], ns_labels: Mapping[str, Mapping[str, str]] | None = None
+) -> tuple[Ledger, SchedulingDecision]:
+    """One pass as the cache and the scheduler make it: the rules resolved (namespace scopes by
+    ``ns_labels``), the ledger observed (its left-out nodes ineligible), the core's schedule."""
+    ns_labels = ns_labels or {}
     residents = [(v.spec, v.node) for v in views if v.node]
-    pending = resolve_pending([v for v in views if not v.node], residents, nodes)
+    pending = resolve_pending([v for v in views if not v.node], residents, nodes, ns_labels)
     terms = {v.spec.id: v.anti_affinity for v in views if v.node and v.anti_affinity}
-    residents = bind_batch(residents, [v.spec for v in pending], terms)
+    residents = bind_batch(residents, [v.spec for v in pending], terms, ns_labels)
     ledger, left_out = observed_ledger(nodes, residents)
     specs = [v.spec for v in pending]
     ctx = ContextKeeper(ledger.node_names).context(0.0, specs)
@@ -79,13 +85,17 @@ def one_pass(nodes: list[NodeSpec], views: list[PodView]) -> tuple[Ledger, Sched
     return ledger, schedule(specs, ledger, ctx, PlacementConfig(), np.random.default_rng(0))
 
 
-def decide(pods: list[dict], zones: dict[str, str]) -> tuple[Ledger, SchedulingDecision]:
+def decide(
+    pods: list[dict], zones: dict[str, str], ns_labels: Mapping[str, Mapping[str, str]] | None = None
+) -> tuple[Ledger, SchedulingDecision]:
     nodes = [node_spec(node(n, z))[0] for n, z in zones.items()]
-    return one_pass(nodes, [pod_view(p, batch_scheduler="kalena") for p in pods])
+    return one_pass(nodes, [pod_view(p, batch_scheduler="kalena") for p in pods], ns_labels)
 
 
-def place(pods: list[dict], zones: dict[str, str]) -> dict[str, str]:
-    ledger, d = decide(pods, zones)
+def place(
+    pods: list[dict], zones: dict[str, str], ns_labels: Mapping[str, Mapping[str, str]] | None = None
+) -> dict[str, str]:
+    ledger, d = decide(pods, zones, ns_labels)
     return {p.workload.id: ledger.node_names[p.node] for p in d.placements}
 
 
@@ -106,11 +116,30 @@ def test_production_anti_affinity_keeps_the_batch_it_selects_off_its_domain():
     assert plain["jobs/noisy-1"] != "b1"
 
 
-def test_a_namespace_selector_is_taken_to_reach_every_namespace():
-    term = {"labelSelector": {"matchLabels": {"app": "noisy"}}, "topologyKey": HOST, "namespaceSelector": {}}
-    where = place([pod("db", {"app": "db"}, node="a1", anti=[term]), pod("n", {"app": "noisy"}, ns="x")],
-                  {"a1": "a", "a2": "a"})  # fmt: skip
-    assert where == {"x/n": "a2"}
+def test_a_namespace_selector_reaches_the_namespaces_whose_labels_it_selects():
+    zones, labels = {"a1": "a", "a2": "a"}, {"x": {"team": "ml"}, "y": {"team": "web"}}
+    everywhere = {
+        "labelSelector": {"matchLabels": {"app": "noisy"}},
+        "topologyKey": HOST,
+        "namespaceSelector": {},
+    }
+    ml = {**everywhere, "namespaceSelector": {"matchLabels": {"team": "ml"}}}
+    noisy = [pod("n", {"app": "noisy"}, ns="x"), pod("m", {"app": "noisy"}, ns="y")]
+    assert place([pod("db", {"app": "db"}, node="a1", anti=[everywhere]), *noisy], zones, labels) == {
+        "x/n": "a2",
+        "y/m": "a2",
+    }
+    # the db's term reaches team ml only: y's pod may go beside it (the co-location score takes a1)
+    assert place([pod("db", {"app": "db"}, node="a1", anti=[ml]), *noisy], zones, labels) == {
+        "x/n": "a2",
+        "y/m": "a1",
+    }
+    # required affinity scoped the same way follows only the pods of the namespaces it selects
+    near = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOST,
+         "namespaceSelector": {"matchLabels": {"team": "ml"}}}]}}  # fmt: skip
+    dbs = [pod("db", {"app": "db"}, ns="y", node="a1"), pod("db", {"app": "db"}, ns="x", node="a2")]
+    assert place([*dbs, pod("f", {"app": "f"}, ns="y", affinity=near)], zones, labels) == {"y/f": "a2"}
 
 
 SELF = {"labelSelector": {"matchLabels": {"app": "shard"}}, "topologyKey": HOST}
@@ -162,7 +191,8 @@ def test_a_batch_pods_required_node_affinity():
 def test_every_placement_of_a_random_pass_keeps_kubernetes_rules_as_the_checker_judges(seed: int):
     """Random nodes (zones, some cpu, some tainted), running pods and pending batch pods of random
     types (anti-affinity and spread over hostname or zone, required node affinity by zone,
-    namespaces, tolerations, 1-3 replicas), as Kubernetes YAML; one pass of Kalena's scheduler;
+    namespaces, terms scoped by a namespaceSelector, tolerations, 1-3 replicas), as Kubernetes
+    YAML; one pass of Kalena's scheduler;
     every placement, in order, replays in the deployability verifier's independent checker from
     the running pods (node pod counts included)."""
     rng = np.random.default_rng(seed)
@@ -171,6 +201,15 @@ def test_every_placement_of_a_random_pass_keeps_kubernetes_rules_as_the_checker_
     )
     taint = Taint("t", "v", "NoSchedule")
     nodes = tuple(dataclasses.replace(n, taints=(taint,) if rng.random() < 0.3 else ()) for n in inst.nodes)
+    teams = {ns: {"team": str(rng.choice(["ml", "web"]))} for ns in ("default", "other")}
+    scoped = LabelSelector({"team": "ml"})
+
+    def scope(terms: tuple[PodAffinityTerm, ...]) -> tuple[PodAffinityTerm, ...]:
+        """Some terms reach the namespaces labelled team=ml instead of their pod's own."""
+        return tuple(
+            dataclasses.replace(t, namespace_selector=scoped) if rng.random() < 0.3 else t for t in terms
+        )
+
     types = tuple(
         dataclasses.replace(
             t,
@@ -178,10 +217,12 @@ def test_every_placement_of_a_random_pass_keeps_kubernetes_rules_as_the_checker_
             node_affinity=(NodeSelectorTerm((Requirement("zone", "In", ("a",)),)),)
             if rng.random() < 0.2
             else None,
+            affinity=scope(t.affinity),
+            anti_affinity=scope(t.anti_affinity),
         )
         for t in inst.types
     )
-    inst = Instance(nodes, types, inst.initial, inst.namespace_labels)
+    inst = Instance(nodes, types, inst.initial, teams)
     docs = documents(inst)
     node_docs = [d for d in docs if d["kind"] == "Node"]
     running = [d for d in docs if d["kind"] == "Pod" and "nodeName" in d["spec"]]
@@ -194,7 +235,8 @@ def test_every_placement_of_a_random_pass_keeps_kubernetes_rules_as_the_checker_
             p["spec"]["schedulerName"] = "kalena"
             pending.append(p)
     views = [pod_view(p, batch_scheduler="kalena") for p in running + pending]
-    ledger, d = one_pass([node_spec(n)[0] for n in node_docs], views)
+    ns_labels = {ns: inst.ns_labels(ns) for ns in teams}  # as the apiserver labels them
+    ledger, d = one_pass([node_spec(n)[0] for n in node_docs], views, ns_labels)
     steps = [
         Step(Op.DEPLOY, p.workload.id.rsplit("-", 1)[0], ledger.node_names[p.node]) for p in d.placements
     ]

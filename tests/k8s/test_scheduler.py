@@ -416,3 +416,51 @@ def test_a_batch_pods_required_pod_affinity_puts_it_beside_what_it_names(cluster
     r = sched.pass_once()
     assert r.bound == {f"{ns}/reader": b}
     assert "Pod affinity" in mine(r.pending, ns)[f"{ns}/orphan"]  # nothing it names runs anywhere
+
+
+def test_a_namespace_selector_reads_the_labels_of_the_watched_namespaces(cluster):
+    """A required pod affinity scoped by a namespaceSelector follows only the pods of the namespaces
+    whose labels it selects: the scheduler lists Namespaces, and its watch sees a label added."""
+    cp, ns, a, b, selector = cluster
+    other = f"{ns}-other"
+    cp.ensure_namespace(other)
+    cp.core.patch_namespace(ns, {"metadata": {"labels": {"team": "web"}}})
+    cp.core.patch_namespace(other, {"metadata": {"labels": {"team": "ml"}}})
+    for where, node in ((ns, a), (other, b)):  # the same production app in both, one on each node
+        prod = pod("db", "500m", node=node, scheduler="default-scheduler")
+        prod["metadata"]["labels"] = {"app": "db"}
+        cp.core.create_namespaced_pod(where, prod)
+    term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname",
+            "namespaceSelector": {"matchLabels": {"team": "ml"}}}  # fmt: skip
+    rule = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+    def follower(name: str, cpu: str) -> None:
+        p = pod(name, cpu)
+        p["spec"]["affinity"] = rule
+        cp.core.create_namespaced_pod(ns, p)
+
+    stop = threading.Event()
+    try:
+        follower("small", "200m")
+        sched = Scheduler(cp.core, node_selector=selector, log=lambda _line: None)
+        sched.sync()
+        # only team ml's db counts: node b, though a has more room and this namespace's own db
+        assert sched.pass_once().bound == {f"{ns}/small": b}
+        sched.watch_all(stop)
+        follower("large", "1500m")  # b has 1.3 cpu left: only a could take it
+        assert until(lambda: any(v.spec.id == f"{ns}/large" for v in sched.view()[2]), 30)
+        r = sched.pass_once()
+        assert r.bound == {} and "Pod affinity" in r.pending[f"{ns}/large"], r.pending
+        cp.core.patch_namespace(ns, {"metadata": {"labels": {"team": "ml"}}})  # a's db counts now
+
+        def relabelled() -> bool:
+            return ((sched.namespaces.get(ns) or {}).get("metadata") or {}).get("labels", {}).get(
+                "team"
+            ) == "ml"
+
+        assert until(relabelled, 30)
+        assert sched.pass_once().bound == {f"{ns}/large": a}
+    finally:
+        stop.set()
+        cp.core.delete_collection_namespaced_pod(other, grace_period_seconds=0)
+        cp.core.delete_namespace(other)

@@ -24,9 +24,8 @@ production pod's terms are resolved against that pass's batch pods (bound and pe
 labels and the term's namespace scope, the reader's own rules (:mod:`kalena.deployability.labels`),
 into terms naming them.
 
-A term scoped by a ``namespaceSelector`` is taken to reach every namespace (the cache does not
-watch Namespaces, so their labels are unknown): it may keep batch off more nodes than
-Kubernetes would, never off fewer.
+A term scoped by a ``namespaceSelector`` reaches the namespaces whose labels it selects (the
+cache watches Namespaces and hands their labels in; a namespace it has not seen has none).
 """
 
 from __future__ import annotations
@@ -43,10 +42,13 @@ from kalena.k8s.objects import PodView
 T = TypeVar("T")
 
 
-def _in_scope(term: PodAffinityTerm, owner_ns: str, pod_ns: str) -> bool:
-    if term.namespace_selector is not None:
-        return True  # every namespace (module docstring)
-    return lb.term_namespaces_match(term, owner_ns, pod_ns, lambda ns: {})
+#: each namespace's labels, by name
+NamespaceLabels = Mapping[str, Mapping[str, str]]
+_NONE: Mapping[str, str] = {}
+
+
+def _in_scope(term: PodAffinityTerm, owner_ns: str, pod_ns: str, ns_labels: NamespaceLabels) -> bool:
+    return lb.term_namespaces_match(term, owner_ns, pod_ns, lambda ns: ns_labels.get(ns, _NONE))
 
 
 #: pod ids by (namespace, label set), with the labels as a dict: one selector test a group
@@ -63,12 +65,14 @@ def _groups(specs: Sequence[WorkloadSpec]) -> Groups:
     return list(by.values())
 
 
-def _term_hits(groups: Groups, term: PodAffinityTerm, owner_ns: str) -> frozenset[str]:
+def _term_hits(
+    groups: Groups, term: PodAffinityTerm, owner_ns: str, ns_labels: NamespaceLabels
+) -> frozenset[str]:
     """The pods a (anti-)affinity term of a pod in ``owner_ns`` selects."""
     return frozenset(
         x
         for ns, labels, ids in groups
-        if _in_scope(term, owner_ns, ns) and lb.selector_matches(term.selector, labels)
+        if _in_scope(term, owner_ns, ns, ns_labels) and lb.selector_matches(term.selector, labels)
         for x in ids
     )
 
@@ -96,11 +100,14 @@ def _term_key(term: PodAffinityTerm) -> object:
 
 
 def resolve_pending(
-    pending: Sequence[PodView], residents: Sequence[tuple[WorkloadSpec, str]], nodes: Sequence[NodeSpec]
+    pending: Sequence[PodView],
+    residents: Sequence[tuple[WorkloadSpec, str]],
+    nodes: Sequence[NodeSpec],
+    ns_labels: NamespaceLabels = _NONE,
 ) -> list[PodView]:
     """``pending`` with each pod's node affinity, anti-affinity terms and spread constraints
-    resolved against this pass's nodes and pods (module docstring). Each distinct rule is
-    resolved once (a job's pods share theirs)."""
+    resolved against this pass's nodes, pods and namespaces' labels (module docstring). Each
+    distinct rule is resolved once (a job's pods share theirs)."""
     if not any(v.affinity or v.anti_affinity or v.spread or v.node_affinity is not None for v in pending):
         return list(pending)
     groups = _groups([*(w for w, _ in residents), *(v.spec for v in pending)])
@@ -131,7 +138,9 @@ def resolve_pending(
             tuple(
                 once(
                     ("term", _term_key(t), w.namespace),
-                    lambda t=t, ns=w.namespace: PodTerm(Selector(_term_hits(groups, t, ns)), t.topology_key),
+                    lambda t=t, ns=w.namespace: PodTerm(
+                        Selector(_term_hits(groups, t, ns, ns_labels)), t.topology_key
+                    ),
                 )
                 for t in terms
             )
@@ -162,6 +171,7 @@ def bind_batch(
     residents: Sequence[tuple[WorkloadSpec, str]],
     pending: Sequence[WorkloadSpec],
     terms: Mapping[str, tuple[PodAffinityTerm, ...]],
+    ns_labels: NamespaceLabels = _NONE,
 ) -> list[tuple[WorkloadSpec, str]]:
     """``residents`` with each bound pod's ``terms`` (by pod id) resolved to the batch pods among
     ``residents`` and ``pending`` they select (a term selecting none is left out): production's
@@ -177,7 +187,7 @@ def bind_batch(
             for term in own:
                 key = (_term_key(term), w.namespace)
                 if key not in memo:
-                    memo[key] = _term_hits(batch, term, w.namespace)
+                    memo[key] = _term_hits(batch, term, w.namespace, ns_labels)
                 names = memo[key]
                 if names:
                     resolved.append(PodTerm(Selector(names), term.topology_key))

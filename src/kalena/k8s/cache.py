@@ -1,4 +1,5 @@
-"""The API as Kalena's Kubernetes components see it: nodes, pods and ``NodeReservation`` reports.
+"""The API as Kalena's Kubernetes components see it: nodes, pods, ``NodeReservation`` reports and
+namespaces (whose labels a ``namespaceSelector`` reads).
 
 One cache for the secondary scheduler and the scheduler extender (they need the same view and
 the same ledger, so it is written once): a list of each, then watches from that list's version;
@@ -9,8 +10,8 @@ the tables until the next one.
 The view (:meth:`ClusterCache.view`): the Ready, schedulable nodes (narrowed by a label selector
 to Kalena's), every bound pod that has not finished (pods of Kalena's ``schedulerName`` as
 batch, bound or not: that is the opt-in), the pending pods of that name, and the images each
-node holds; a bound production pod's required anti-affinity terms are resolved to the batch
-pods they select (:mod:`kalena.k8s.affinity`). Each object is read once: every event brings a
+node holds; Kubernetes' pod rules are resolved to the pods they select, their namespace scopes
+by the namespaces' labels (:mod:`kalena.k8s.affinity`). Each object is read once: every event brings a
 new object, so what was read of an object still in the tables holds. The ledger
 (:meth:`ClusterCache.ledger`) is the core's ``observed_ledger`` over the view with the fresh
 reports' reservations. A node, pod or report left out is said once through ``log``, and again
@@ -44,7 +45,7 @@ from kalena.k8s.objects import PodView, node_ready, node_spec, pod_view
 from kalena.k8s.reports import GROUP, PLURAL, STALE_AFTER_S, VERSION, read_report, reservations_from
 
 SCHEDULER_NAME = "kalena"
-WATCHED = ("nodes", "pods", "reports")
+WATCHED = ("nodes", "pods", "reports", "namespaces")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -79,6 +80,7 @@ class ClusterCache:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> pod
         self.reports: dict[str, dict[str, Any]] = {}  # node -> its NodeReservation
+        self.namespaces: dict[str, dict[str, Any]] = {}  # name -> namespace (its labels scope rules)
         self.custom = kclient.CustomObjectsApi(core.api_client)
         self.stale_after_s = stale_after_s
         self.versions: dict[str, str] = {}  # "nodes" / "pods" -> the list's resourceVersion
@@ -100,6 +102,8 @@ class ClusterCache:
             return self.core.list_node, {"label_selector": self.node_selector}
         if what == "pods":
             return self.core.list_pod_for_all_namespaces, {}
+        if what == "namespaces":
+            return self.core.list_namespace, {}
         return self.custom.list_cluster_custom_object, {"group": GROUP, "version": VERSION, "plural": PLURAL}
 
     def _list(self, what: str) -> None:
@@ -114,11 +118,14 @@ class ClusterCache:
         try:
             data = read_json(fn(_preload_content=False, **kw))
         except ApiException as e:
-            if what != "reports" or e.status != 404:
+            if what == "reports" and e.status == 404:  # the CRD is not installed
+                why = "the NodeReservation resource is not installed: requests only"
+            elif what == "namespaces" and e.status == 403:  # RBAC of a version before it was asked
+                why = "may not list namespaces: a namespaceSelector sees every namespace without labels"
+            else:
                 raise
-            # no NodeReservation resource (the CRD is not installed): every pod at its requests
-            self._say_problems("reports", ["the NodeReservation resource is not installed: requests only"])
-            data = {"items": [], "metadata": {}}
+            self._say_problems(what, [why])
+            data = {"items": [], "metadata": {}}  # listed again every 30 s (watch)
         items = {(object_key(what, o)): o for o in data.get("items") or []}
         with self.lock:
             setattr(self, what, items)
@@ -156,7 +163,7 @@ class ClusterCache:
             try:
                 if not self.versions.get(what):
                     self._list(what)
-                if not self.versions.get(what):  # still none (no reports resource): wait, list again
+                if not self.versions.get(what):  # still none (no reports resource, say): wait, list again
                     stop.wait(30.0)
                     continue
                 w = kwatch.Watch()
@@ -231,6 +238,9 @@ class ClusterCache:
         with self.lock:
             nodes_raw = list(self.nodes.values())
             pods_raw = list(self.pods.values())
+            ns_labels = {
+                name: (ns.get("metadata") or {}).get("labels") or {} for name, ns in self.namespaces.items()
+            }
         nodes: list[NodeSpec] = []
         images: dict[str, list[str]] = {}
         node_memo: dict[int, _NodeSeen] = {}
@@ -270,9 +280,9 @@ class ClusterCache:
                 pending.append(v)
         self._node_memo, self._pod_memo = node_memo, pod_memo  # only what the tables still hold
         # Kubernetes' rules, resolved against this pass's pods and nodes (kalena.k8s.affinity)
-        pending = resolve_pending(pending, residents, nodes)
+        pending = resolve_pending(pending, residents, nodes, ns_labels)
         if anti:  # production's required anti-affinity binds the batch too
-            residents = bind_batch(residents, [v.spec for v in pending], anti)
+            residents = bind_batch(residents, [v.spec for v in pending], anti, ns_labels)
         return sorted(nodes, key=lambda n: n.name), residents, pending, images
 
     def _say_problems(self, who: str, problems: list[str]) -> None:

@@ -43,6 +43,7 @@ SCHEDULER_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
     {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},  # namespaceSelector
 ]
 SCHEDULER_LEASE_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
@@ -58,6 +59,7 @@ EXTENDER = "kalena-extender"
 EXTENDER_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list", "watch"]},
     {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},  # namespaceSelector
 ]
 EXTENDER_PORT = 8471
 EXTENDER_SECRET = "kalena-extender-tls"
