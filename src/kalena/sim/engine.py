@@ -182,6 +182,8 @@ class Simulation:
         self.tick_no = 0
         self.wall_seconds = 0.0
         self._brows: np.ndarray | None = None
+        self._rows_version = 0  # bumped whenever rows are added or freed (_rows_changed)
+        self._memory_seen: tuple[int, np.ndarray] | None = None  # (version, _node_memory()) this tick
         #: where each minute's usage, reservations and the events go (``kalena simulate --archive``)
         self.archive: Archive | None = None
         self._archived_events: list[ArchiveEvent] = []
@@ -254,6 +256,7 @@ class Simulation:
     def _rows_changed(self) -> None:
         """Rows were added or freed: drop what was derived from the row set."""
         self._brows = None
+        self._rows_version += 1
 
     def task_states(self) -> np.ndarray:
         """Every batch pod's lifecycle state code (``TaskState.code``); -1 before its submission."""
@@ -497,7 +500,10 @@ class Simulation:
         m.counts["starvation_caps"] += int(np.isfinite(d.starvation.cap).sum())
         self._lifecycle(view.is_batch & ~d.gone, rows, d.below_request, now)
         self._oom(now, d.triggered)
-        self.memory_after = self._node_memory()
+        seen = self._memory_seen
+        # the round changes no memory usage: with no row gone since the kernel's look, the sums stand
+        fresh = seen is not None and seen[0] == self._rows_version
+        self.memory_after = seen[1] if seen is not None and fresh else self._node_memory()
 
     def _kernel_only(self, now: float) -> None:
         """The baseline arm's tick where Kalena's round would be: nobody throttles, caps or evicts;
@@ -554,6 +560,7 @@ class Simulation:
         rise over ``reaction_s`` exceed the room between that level (or the start, if above it)
         and capacity, the OOM killer acts before the round (:mod:`kalena.sim.memory`)."""
         used = self._node_memory()
+        self._memory_seen = (self._rows_version, used)
         cap = self.cap[:, memory.DIMS_NC]
         before, steps = self.memory_after, self.memory_steps
         rise = steps + np.maximum(used - before - steps, 0.0) * (self.cfg.reaction_s / dt)
@@ -762,10 +769,11 @@ class Simulation:
         p_use = np.bincount(rs.node[:p], weights=np.nan_to_num(t.usage[:p, CPU]), minlength=n)
         b_rows = self._batch_rows()
         b_on = rs.node[b_rows]
-        b_use = np.bincount(b_on, weights=np.nan_to_num(t.usage[b_rows, CPU]), minlength=n)
+        b_cpu = np.nan_to_num(t.usage[b_rows, CPU])
+        b_use = np.bincount(b_on, weights=b_cpu, minlength=n)
         b_res_cpu = np.bincount(b_on, weights=rs.reservation[b_rows, CPU], minlength=n)
         b_res_ram = np.bincount(b_on, weights=rs.reservation[b_rows, RAM], minlength=n)
-        by_reclaim = float(np.nan_to_num(t.usage[b_rows, CPU])[t.by_reclaim[b_rows]].sum())
+        by_reclaim = float(b_cpu[t.by_reclaim[b_rows]].sum())
         m.tick(dt, p_use, b_use, b_res_cpu, b_res_ram, unmet, capped, by_reclaim, self.harm)
         if k % m.sample_every == 0 or k == 1:
             b_req = np.bincount(b_on, weights=rs.request[b_rows, CPU], minlength=n)
