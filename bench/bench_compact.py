@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                 "min": f["min"],
                 "max": f["max"],
                 "per_trial": [t["nodes"] for t in f["trials"]],
+                # nodes above each trial's capacity bound: what guides the later trials' search
+                "gap_per_trial": [t["nodes"] - t["capacity_bound"] for t in f["trials"]],
                 "packs_per_trial": float(np.mean([t["packs"] for t in f["trials"]])),
             }
     print(json.dumps(results, indent=2))

@@ -11,8 +11,8 @@ The view (:meth:`ClusterCache.view`): the Ready, schedulable nodes (narrowed by 
 to Kalena's), every bound pod that has not finished (pods of Kalena's ``schedulerName`` as
 batch, bound or not: that is the opt-in), the pending pods of that name, and the images each
 node holds; Kubernetes' pod rules are resolved to the pods they select, their namespace scopes
-by the namespaces' labels (:mod:`kalena.k8s.affinity`). Each object is read once: every event brings a
-new object, so what was read of an object still in the tables holds. The ledger
+by the namespaces' labels (:mod:`kalena.k8s.affinity`). Each object is read once: every event
+brings a new object, so what was read of an object still in the tables holds. The ledger
 (:meth:`ClusterCache.ledger`) is the core's ``observed_ledger`` over the view with the fresh
 reports' reservations. A node, pod or report left out is said once through ``log``, and again
 when the reason changes.

@@ -501,9 +501,10 @@ class Simulation:
         self._lifecycle(view.is_batch & ~d.gone, rows, d.below_request, now)
         self._oom(now, d.triggered)
         seen = self._memory_seen
-        # the round changes no memory usage: with no row gone since the kernel's look, the sums stand
-        fresh = seen is not None and seen[0] == self._rows_version
-        self.memory_after = seen[1] if seen is not None and fresh else self._node_memory()
+        if seen is not None and seen[0] == self._rows_version:
+            self.memory_after = seen[1]  # the round changes no memory usage and no row went: they stand
+        else:
+            self.memory_after = self._node_memory()
 
     def _kernel_only(self, now: float) -> None:
         """The baseline arm's tick where Kalena's round would be: nobody throttles, caps or evicts;
