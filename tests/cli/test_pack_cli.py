@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
 from cli_testlib import run_kalena
 
 from kalena.data import irina_paths
@@ -112,3 +113,71 @@ def test_manifests_without_nodes_or_beside_ir_files_are_bad_input(tmp_path: Path
     assert r.returncode == 2 and "no Node object" in r.stderr
     r = run_kalena(["pack", "a.yaml", "b.yaml", "--manifests", str(REDIS_WEB)], tmp_path, timeout=60)
     assert r.returncode == 2 and "not both" in r.stderr
+
+
+ARGO_HA = (
+    SHARED / "deployability" / "k8s-manifests" / "argo-cd-ha" / "argocd-ha-install_affinity-workloads.yaml"
+)
+POD_AFFINITY = (
+    SHARED / "deployability" / "k8s-manifests" / "kubernetes-website" / "pod-with-pod-affinity.yaml"
+)
+
+
+def _soft_terms(path: Path) -> dict[str, dict[str, int]]:
+    """The preferred terms the files state, counted straight from the YAML (the reader's figure)."""
+    out: dict[str, dict[str, int]] = {}
+    for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        if not doc or doc.get("kind") in ("DaemonSet", "Node"):
+            continue
+        spec = doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"]
+        aff = spec.get("affinity") or {}
+        kinds = {
+            "preferred node affinity": aff.get("nodeAffinity"),
+            "preferred pod affinity": aff.get("podAffinity"),
+            "preferred pod anti-affinity": aff.get("podAntiAffinity"),
+        }
+        for kind, block in kinds.items():
+            n = len((block or {}).get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+            if n:
+                c = out.setdefault(kind, {"terms": 0, "pod_types": 0})
+                c["terms"] += n
+                c["pod_types"] += 1
+    return out
+
+
+def test_manifest_pack_says_which_soft_rules_it_did_not_weigh(tmp_path: Path):
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        "".join(
+            f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: node{i}, labels: "
+            f"{{kubernetes.io/hostname: node{i}, topology.kubernetes.io/zone: z{i % 2}}}}}\n"
+            "status: {allocatable: {cpu: '16', memory: 64Gi, pods: '110'}}\n"
+            for i in range(4)
+        ),
+        encoding="utf-8",
+    )
+    want = _soft_terms(ARGO_HA)
+    for kind, c in _soft_terms(POD_AFFINITY).items():
+        mine = want.setdefault(kind, {"terms": 0, "pod_types": 0})
+        mine["terms"] += c["terms"]
+        mine["pod_types"] += c["pod_types"]
+    assert want["preferred pod anti-affinity"]["terms"] >= 3  # what the files are chosen for
+
+    args = ["pack", "--manifests", str(nodes), "--manifests", str(ARGO_HA), "--manifests", str(POD_AFFINITY)]
+    r = run_kalena([*args, "--json"], tmp_path, timeout=60)
+    assert r.returncode in (0, 1), r.stderr
+
+    def no_nan(token: str) -> None:
+        raise AssertionError(f"--json printed {token}, which is not JSON")
+
+    figures = json.loads(r.stdout, parse_constant=no_nan)
+    assert figures["soft_rules_not_weighed"] == want
+    assert figures["mean_cpu_on_active_nodes"] == 0.0  # these pods request no cpu: 0, not NaN
+
+    table = run_kalena(args, tmp_path, timeout=60)
+    n = want["preferred pod anti-affinity"]["terms"]
+    assert "note: not weighed" in table.stdout and f"{n} preferred pod anti-affinity terms" in table.stdout
+
+    # an IR cluster states no such rules: the figure is absent, not zero
+    ir = run_kalena(["pack", "--json"], tmp_path, timeout=120)
+    assert ir.returncode == 0 and "soft_rules_not_weighed" not in json.loads(ir.stdout)

@@ -37,25 +37,34 @@ EXIT_PENDING = 1
 SHOWN_NOTES = 20
 
 
-def _mean_used(result: PackResult, cluster: Cluster, d: int) -> float:
-    """Mean over the active nodes of requested / capacity on dimension ``d`` (Kuberina's figure)."""
+def _mean_used(result: PackResult, cluster: Cluster, d: int) -> float | None:
+    """Mean over the active nodes (those holding a pod) of requested / capacity on dimension ``d``
+    (Kuberina's figure); None where no active node has a finite capacity there (JSON has no NaN)."""
     cap = cluster.capacity_matrix()[:, d]
-    active = (result.load.any(axis=1)) & np.isfinite(cap) & (cap > 0)
-    return float((result.load[active, d] / cap[active]).mean()) if active.any() else float("nan")
+    used_names = set(result.placement.values())
+    holds = np.array([n.name in used_names for n in cluster.nodes], dtype=bool)
+    active = holds & np.isfinite(cap) & (cap > 0)
+    return round(float((result.load[active, d] / cap[active]).mean()), 4) if active.any() else None
 
 
-def summary(cluster: Cluster, result: PackResult, notes: list[str]) -> dict[str, object]:
-    """The figures a person (or ``--json``) reads."""
-    return {
+def summary(
+    cluster: Cluster, result: PackResult, notes: list[str], unweighed: dict[str, dict[str, int]] | None = None
+) -> dict[str, object]:
+    """The figures a person (or ``--json``) reads; ``unweighed`` (manifests only): the soft rules
+    the files state that the packer does not weigh, by kind."""
+    out: dict[str, object] = {
         "workloads": len(cluster.workloads),
         "placed": len(result.placement),
         "pending": [{"workload": w, "reason": why} for w, why in result.pending],
         "nodes": len(cluster.nodes),
         "active_nodes": result.active_nodes,
-        "mean_cpu_on_active_nodes": round(_mean_used(result, cluster, CPU), 4),
-        "mean_ram_on_active_nodes": round(_mean_used(result, cluster, RAM), 4),
+        "mean_cpu_on_active_nodes": _mean_used(result, cluster, CPU),
+        "mean_ram_on_active_nodes": _mean_used(result, cluster, RAM),
         "soft_rules_broken": len(notes),
     }
+    if unweighed is not None:
+        out["soft_rules_not_weighed"] = unweighed
+    return out
 
 
 def command(
@@ -85,10 +94,10 @@ def command(
 ) -> None:
     """Pack production by its requests: Infrastructure + Workloads -> a Blueprint (hard rules kept,
     soft affinity reported)."""
-    cluster = read_input(files, manifests)
+    cluster, unweighed = read_input(files, manifests)
     result = pack(cluster)
     notes = soft_notes(dataclasses.replace(cluster, placement=result.placement))
-    figures = summary(cluster, result, notes)
+    figures = summary(cluster, result, notes, unweighed)
     if as_json:
         typer.echo(json.dumps(figures, indent=2))
     else:
@@ -112,23 +121,26 @@ def command(
             typer.echo(f"wrote {out}")
 
 
-def read_input(files: list[Path] | None, manifests: list[Path] | None) -> Cluster:
-    """The cluster to pack: INFRA WORKLOADS, the bundled Irina, or Kubernetes manifests."""
+def read_input(
+    files: list[Path] | None, manifests: list[Path] | None
+) -> tuple[Cluster, dict[str, dict[str, int]] | None]:
+    """The cluster to pack (INFRA WORKLOADS, the bundled Irina, or Kubernetes manifests) and, for
+    manifests, the soft rules they state that the packer does not weigh (``ManifestCluster.unweighed``)."""
     if manifests:
         if files:
             raise bad_input(["pack: give INFRA WORKLOADS or --manifests, not both"])
         try:
-            cluster = read_cluster(manifests).cluster
+            mc = read_cluster(manifests)
         except IRError as e:
             raise bad_input([p.render() for p in e.problems]) from None
-        if not cluster.nodes:
+        if not mc.cluster.nodes:
             raise bad_input([f"{', '.join(map(str, manifests))}: no Node object: the packer needs the nodes"])
-        return cluster
+        return mc.cluster, mc.unweighed()
     paths = list(files) if files else list(irina_paths())[:2]
     if len(paths) != 2:
         raise bad_input([f"pack: expected INFRA WORKLOADS (two files), got {len(paths)}"])
     try:
-        return load_cluster(paths[0], paths[1])
+        return load_cluster(paths[0], paths[1]), None
     except IRError as e:
         raise bad_input([p.render() for p in e.problems]) from None
 
@@ -140,13 +152,23 @@ def _show(figures: dict[str, object], notes: list[str], result: PackResult) -> N
     table.add_column("value", justify="right")
     table.add_row("workloads placed", f"{figures['placed']:,} of {figures['workloads']:,}")
     table.add_row("active nodes", f"{figures['active_nodes']:,} of {figures['nodes']:,}")
-    table.add_row("mean cpu requested on active nodes", f"{figures['mean_cpu_on_active_nodes']:.1%}")
-    table.add_row("mean ram requested on active nodes", f"{figures['mean_ram_on_active_nodes']:.1%}")
+    for dim in ("cpu", "ram"):
+        mean = figures[f"mean_{dim}_on_active_nodes"]
+        shown = f"{mean:.1%}" if isinstance(mean, float) else "n/a"
+        table.add_row(f"mean {dim} requested on active nodes", shown)
     table.add_row("soft rules broken (affinity, antiAffinity)", f"{len(notes):,}")
     con.print(table)
     for line in notes[:SHOWN_NOTES]:
         con.print(f"note: {escape(line)}")
     if len(notes) > SHOWN_NOTES:
         con.print(f"note: and {len(notes) - SHOWN_NOTES:,} more soft rules broken")
+    unweighed = figures.get("soft_rules_not_weighed")
+    if isinstance(unweighed, dict) and unweighed:
+        parts = [
+            f"{c['terms']:,} {kind} term{'s' if c['terms'] != 1 else ''} "
+            f"({c['pod_types']:,} pod type{'s' if c['pod_types'] != 1 else ''})"
+            for kind, c in unweighed.items()
+        ]
+        con.print(f"note: not weighed (the packer keeps Kubernetes' hard rules only): {', '.join(parts)}")
     for wid, why in result.pending:
         con.print(f"pending: {escape(wid)}: {escape(why)}")

@@ -16,7 +16,9 @@ verifier uses, so a manifest means the same to both. Then:
   (a Job's or CronJob's pods are batch); tolerations matched as kube-scheduler matches them; the
   required node affinity resolved to the nodes it admits; the required pod (anti-)affinity terms
   and hard spread constraints with their label selectors and namespace scopes resolved, by
-  :mod:`kalena.deployability.labels`, to the declarations they match.
+  :mod:`kalena.deployability.labels`, to the declarations they match. The soft rules
+  (``preferred...`` terms, ``ScheduleAnyway`` spread) are not modelled: they are counted per pod
+  type (:meth:`ManifestCluster.unweighed`), and ``kalena pack`` says how many it did not weigh.
 
 A pod requesting a resource the core does not model (anything but cpu, memory,
 ephemeral-storage, ``nvidia.com/gpu`` and ``pods``) is refused, naming its file and key: a pack
@@ -26,7 +28,7 @@ that ignored it could promise a node the scheduler would refuse.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kalena.core.classify import classify
@@ -56,6 +58,7 @@ from kalena.deployability.model import (
 from kalena.ir.document import replica_names
 from kalena.ir.errors import IRError, Problem, key_path
 from kalena.manifests.load import MAX_REPLICAS, Manifests, read_workloads
+from kalena.manifests.podspec import SOFT_KINDS
 
 GIB = float(2**30)
 #: Kubernetes resource name -> (core dimension, scale from the reader's integer units)
@@ -90,6 +93,18 @@ class ManifestCluster:
     instance: Instance
     pod_type: Mapping[str, str]  # workload id -> pod type id
     daemonset_nodes: Mapping[str, frozenset[str]]  # DaemonSet pod type id -> its nodes
+    #: the soft rules of the packed pod types, which the packer does not weigh: pod type id ->
+    #: kind (``kalena.manifests.podspec.SOFT_KINDS``) -> terms
+    soft: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def unweighed(self) -> dict[str, dict[str, int]]:
+        """Per soft rule kind with any term: ``{"terms": n, "pod_types": k}``, in SOFT_KINDS order."""
+        out: dict[str, dict[str, int]] = {}
+        for kind in SOFT_KINDS:
+            counts = [c[kind] for c in self.soft.values() if kind in c]
+            if counts:
+                out[kind] = {"terms": sum(counts), "pod_types": len(counts)}
+        return out
 
 
 def read_cluster(paths: Sequence[str | Path]) -> ManifestCluster:
@@ -244,7 +259,9 @@ def to_cluster(m: Manifests) -> ManifestCluster:
             workloads.append(replace(base, id=name))
             pod_type[name] = t.id
     cluster = Cluster.build(nodes, daemonsets, workloads)
-    return ManifestCluster(cluster, inst, pod_type, ds_nodes)
+    packed = set(pod_type.values())  # a DaemonSet's soft rules never meet the packer
+    soft = {t: kinds for t, kinds in m.soft.items() if t in packed}
+    return ManifestCluster(cluster, inst, pod_type, ds_nodes, soft)
 
 
 def replay_steps(mc: ManifestCluster, order: Sequence[str], placement: Mapping[str, str]) -> list[Step]:

@@ -26,7 +26,7 @@ Every problem is collected with file, key path and value, and all are raised tog
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,8 @@ class _Reader:
         self.replicas: dict[str, int] = {}
         #: (file, key path of the pod spec) each pod type was read from
         self.spec_at: dict[str, tuple[str, Loc]] = {}
+        #: the soft rules each pod type states, which the hard-rule model leaves out (kind -> terms)
+        self.soft: dict[str, dict[str, int]] = {}
 
     # --- documents -----------------------------------------------------------------------------
     def read_text(self, text: str, file: str) -> None:
@@ -202,12 +204,12 @@ class _Reader:
         node it runs on). At most :data:`MAX_REPLICAS` (a Kubernetes cluster's own scale)."""
         if kind == "DaemonSet":
             return None
-        field = "parallelism" if kind in ("Job", "CronJob") else "replicas"
-        n = f.integer(spec.get(field), (*loc, field), log, minimum=0, default=1)
+        key = "parallelism" if kind in ("Job", "CronJob") else "replicas"
+        n = f.integer(spec.get(key), (*loc, key), log, minimum=0, default=1)
         if n is not None and n > MAX_REPLICAS:
-            log.add((*loc, field), f"must be at most {MAX_REPLICAS:,} (pods a cluster runs)", n)
+            log.add((*loc, key), f"must be at most {MAX_REPLICAS:,} (pods a cluster runs)", n)
             return None
-        if n is not None and field == "parallelism" and spec.get("completions") is not None:
+        if n is not None and key == "parallelism" and spec.get("completions") is not None:
             done = f.integer(spec.get("completions"), (*loc, "completions"), log, minimum=0)
             return None if done is None else min(n, done)
         return n
@@ -286,6 +288,8 @@ class _Reader:
         self.types[type_id] = pt
         self.type_src[type_id] = f"{kind} in {log.file}"
         self.spec_at[type_id] = (log.file, spec_loc)
+        if parts.soft:
+            self.soft[type_id] = parts.soft
 
     # --- after every file ------------------------------------------------------------------------
     def _resolve(self, p: _Placed) -> str | None:
@@ -358,6 +362,8 @@ class Manifests:
     instance: Instance
     replicas: Mapping[str, int]
     spec_at: Mapping[str, tuple[str, Loc]]
+    #: pod type id -> the soft rules it states (``kalena.manifests.podspec.SOFT_KINDS`` -> terms)
+    soft: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 def parse_manifests(texts: Sequence[tuple[str, str]]) -> Instance:
@@ -372,7 +378,10 @@ def parse_workloads(texts: Sequence[tuple[str, str]]) -> Manifests:
         r.read_text(text, file)
     instance = r.finish()
     replicas = {t.id: r.replicas.get(t.id, 1) for t in instance.types if t.kind != "DaemonSet"}
-    return Manifests(instance, replicas, {t.id: r.spec_at[t.id] for t in instance.types})
+    ids = [t.id for t in instance.types]
+    return Manifests(
+        instance, replicas, {i: r.spec_at[i] for i in ids}, {i: r.soft[i] for i in ids if i in r.soft}
+    )
 
 
 def read_manifests(paths: Sequence[str | Path]) -> Instance:

@@ -4,7 +4,8 @@ Requests (what the scheduler's NodeResourcesFit sums): per dimension
 ``max(sum over containers, max over init containers) + overhead``; a container that sets a
 limit but no request requests its limit (API-server defaulting). Every pod also takes one
 ``pods`` slot. Only hard constraints are kept: ``preferred...`` terms and
-``whenUnsatisfiable: ScheduleAnyway`` spread constraints never make a placement illegal.
+``whenUnsatisfiable: ScheduleAnyway`` spread constraints never make a placement illegal; they
+are counted (:attr:`PodSpecParts.soft`), so that a packer that does not weigh them can say so.
 ``matchLabelKeys`` / ``mismatchLabelKeys`` are merged into the selector as ``key In [value]`` /
 ``key NotIn [value]`` with the pod's own label value, as kube-apiserver does.
 """
@@ -28,6 +29,15 @@ from kalena.manifests import fields as f
 from kalena.manifests.fields import Loc
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+#: The soft rule kinds :attr:`PodSpecParts.soft` counts, in the order they are reported.
+SOFT_KINDS = (
+    "preferred node affinity",
+    "preferred pod affinity",
+    "preferred pod anti-affinity",
+    "ScheduleAnyway spread",
+)
 
 
 @dataclass
@@ -40,6 +50,14 @@ class PodSpecParts:
     anti_affinity: tuple[PodAffinityTerm, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
     node_name: str | None = None
+    #: soft rules read but not kept: kind (one of :data:`SOFT_KINDS`) -> how many terms
+    soft: dict[str, int] = field(default_factory=dict)
+
+
+def _preferred(raw: Any, loc: Loc, log: ProblemLog) -> int:
+    """How many ``preferred...`` terms a node or pod (anti-)affinity block lists (the block itself
+    was checked where its required terms were read)."""
+    return len(f.seq(raw.get(_PREFERRED), (*loc, _PREFERRED), log)) if isinstance(raw, dict) else 0
 
 
 def _container_requests(c: Any, loc: Loc, log: ProblemLog) -> dict[str, int]:
@@ -181,7 +199,7 @@ def _spread(raw: Any, loc: Loc, log: ProblemLog, labels: dict[str, str]) -> tupl
                 log.add((*cl, "whenUnsatisfiable"), "must be DoNotSchedule or ScheduleAnyway", when)
             continue
         if when == "ScheduleAnyway":
-            continue  # soft: scoring only
+            continue  # soft: scoring only (counted by pod_spec)
         skew = f.integer(cm.get("maxSkew"), (*cl, "maxSkew"), log, minimum=1)
         key = f.string(cm.get("topologyKey"), (*cl, "topologyKey"), log, required=True)
         min_domains = f.integer(cm.get("minDomains"), (*cl, "minDomains"), log, minimum=1, default=1)
@@ -233,9 +251,19 @@ def pod_spec(spec: dict[str, Any], loc: Loc, log: ProblemLog, labels: dict[str, 
         aff.get("podAntiAffinity"), (*loc, "affinity", "podAntiAffinity"), log, labels
     )
     parts.tolerations = _tolerations(spec.get("tolerations"), (*loc, "tolerations"), log)
-    parts.spread = _spread(
-        spec.get("topologySpreadConstraints"), (*loc, "topologySpreadConstraints"), log, labels
+    spread_raw = spec.get("topologySpreadConstraints")
+    parts.spread = _spread(spread_raw, (*loc, "topologySpreadConstraints"), log, labels)
+    counts = (
+        _preferred(aff.get("nodeAffinity"), (*loc, "affinity", "nodeAffinity"), log),
+        _preferred(aff.get("podAffinity"), (*loc, "affinity", "podAffinity"), log),
+        _preferred(aff.get("podAntiAffinity"), (*loc, "affinity", "podAntiAffinity"), log),
+        sum(
+            1
+            for c in (spread_raw if isinstance(spread_raw, list) else ())
+            if isinstance(c, dict) and c.get("whenUnsatisfiable") == "ScheduleAnyway"
+        ),
     )
+    parts.soft = {k: c for k, c in zip(SOFT_KINDS, counts, strict=True) if c}
     name = spec.get("nodeName")
     if name is not None:
         parts.node_name = f.string(name, (*loc, "nodeName"), log)
