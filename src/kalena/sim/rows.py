@@ -41,7 +41,8 @@ class RowTable:
         # throttled time in whole microseconds, as cgroup cpu.stat counts it (throttled_usec): since
         # the resident's start, per tick in a ring over the window, and the ring's row sums
         self.throttled_total = np.zeros(capacity, dtype=np.int64)
-        self.throttled = np.zeros((capacity, window), dtype=np.int64)
+        # slot-major: a tick writes one contiguous slot, not a strided column across every row
+        self.throttled = np.zeros((window, capacity), dtype=np.int64)
         self.throttled_window = np.zeros(capacity, dtype=np.int64)
 
     @property
@@ -72,7 +73,8 @@ class RowTable:
         self.startup_until = np.concatenate((self.startup_until, np.full(extra, np.inf)))
         self.by_reclaim = np.concatenate((self.by_reclaim, np.zeros(extra, dtype=bool)))
         self.throttled_total = np.concatenate((self.throttled_total, np.zeros(extra, dtype=np.int64)))
-        self.throttled = np.concatenate((self.throttled, np.zeros((extra, self.window), dtype=np.int64)))
+        more = np.zeros((self.window, extra), dtype=np.int64)
+        self.throttled = np.concatenate((self.throttled, more), axis=1)
         self.throttled_window = np.concatenate((self.throttled_window, np.zeros(extra, dtype=np.int64)))
 
     def describe(self, rows: np.ndarray, specs: list) -> None:  # type: ignore[type-arg]
@@ -103,18 +105,18 @@ class RowTable:
         self.startup_until[row] = np.inf
         self.by_reclaim[row] = False
         self.throttled_total[row] = 0
-        self.throttled[row] = 0
+        self.throttled[:, row] = 0
         self.throttled_window[row] = 0
 
     def record_throttled(self, h: int, slot: int, lost_s: np.ndarray) -> None:
         """Rows ``[0, h)`` were throttled ``lost_s`` seconds this tick (ring column ``slot``).
 
-        The window's sums are kept as the ring turns (add the new column, take out the one it
+        The window's sums are kept as the ring turns (add the new slot, take out the one it
         replaces), exactly, since the counts are integers: summing ``(h, window)`` every round
         cost more than the rest of the round's bookkeeping.
         """
         lost = np.rint(lost_s * 1e6).astype(np.int64)
-        col = self.throttled[:h, slot]
+        col = self.throttled[slot, :h]
         self.throttled_window[:h] += lost - col
         col[...] = lost
         self.throttled_total[:h] += lost
