@@ -550,7 +550,7 @@ class Simulation:
         out = np.empty((n, len(memory.DIMS_NC)))
         for i, d in enumerate(memory.DIMS_NC.tolist()):  # a column at a time: no (live, 8) copy
             # usage is non-negative or NaN: fmax(u, 0) is nan_to_num(u), at a fraction of its cost
-            out[:, i] = np.bincount(on, weights=np.fmax(np.take(usage[:, d], live), 0.0), minlength=n)
+            out[:, i] = np.bincount(on, weights=np.fmax(usage[:, d][live], 0.0), minlength=n)
         return out
 
     def _kernel_first(self, now: float, dt: float) -> None:
@@ -771,14 +771,14 @@ class Simulation:
         p_use = np.bincount(rs.node[:p], weights=np.fmax(t.usage[:p, CPU], 0.0), minlength=n)  # NaN: 0
         b_rows = self._batch_rows()
         b_on = rs.node[b_rows]
-        b_cpu = np.fmax(np.take(t.usage[:, CPU], b_rows), 0.0)
+        b_cpu = np.fmax(t.usage[:, CPU][b_rows], 0.0)
         b_use = np.bincount(b_on, weights=b_cpu, minlength=n)
-        b_res_cpu = np.bincount(b_on, weights=rs.reservation[b_rows, CPU], minlength=n)
-        b_res_ram = np.bincount(b_on, weights=rs.reservation[b_rows, RAM], minlength=n)
+        b_res_cpu = np.bincount(b_on, weights=rs.reservation[:, CPU][b_rows], minlength=n)
+        b_res_ram = np.bincount(b_on, weights=rs.reservation[:, RAM][b_rows], minlength=n)
         by_reclaim = float(b_cpu[t.by_reclaim[b_rows]].sum())
         m.tick(dt, p_use, b_use, b_res_cpu, b_res_ram, unmet, capped, by_reclaim, self.harm)
         if k % m.sample_every == 0 or k == 1:
-            b_req = np.bincount(b_on, weights=rs.request[b_rows, CPU], minlength=n)
+            b_req = np.bincount(b_on, weights=rs.request[:, CPU][b_rows], minlength=n)
             m.sample(
                 self.now,
                 led.request_sum[:, CPU] + b_req,

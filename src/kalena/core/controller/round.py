@@ -221,7 +221,8 @@ def eviction_screen(
             continue  # no node constrains it (Irina's storage): nothing is ever over
         rows, on = view.ledger_rows()
         # r' on this one column only (the view's effective_reservation, column d)
-        eff = np.fmax(np.take(view.reservation[:, d], rows), np.take(view.seen_usage[:, d], rows))
+        # (indexing a strided column gathers the rows; np.take would copy the whole column first)
+        eff = np.fmax(view.reservation[:, d][rows], view.seen_usage[:, d][rows])
         reserved = np.bincount(on, weights=eff, minlength=n)
         used = view.used_sum(d)
         # the planner: reserved > C + REL_TOL max(1, |C|) (a victim), used > C (pressure); both

@@ -195,7 +195,7 @@ class NodesView:
         def make() -> np.ndarray:
             rows, on = self.ledger_rows()
             # usage is non-negative or NaN: fmax(u, 0) is nan_to_num(u); a +-0.0 term never moves a sum
-            u = np.fmax(np.take(self.seen_usage[:, d], rows), 0.0)
+            u = np.fmax(self.seen_usage[:, d][rows], 0.0)  # (np.take would copy the strided column)
             return np.bincount(on, weights=u, minlength=self.n_nodes)
 
         return self._memo(f"used_sum_{d}", make)

@@ -114,15 +114,15 @@ def starvation_nodes(
     s = np.flatnonzero(starved)
     on_s = np.take(view.node, s)
     caps_s = cpu_caps(
-        np.take(view.limit[:, CPU], s),
+        view.limit[:, CPU][s],  # (a strided column: np.take would copy all of it first)
         view.capacity[on_s, CPU],
-        np.take(view.request[:, CPU], s),
+        view.request[:, CPU][s],
         np.take(view.slack_cpu, s),
     )
     floor = np.zeros(w)
     need = np.zeros(w)
     floor_s = floor[s] = np.minimum(config.min_allocation_cores, caps_s)
-    need_s = need[s] = np.maximum(0.0, floor_s - np.nan_to_num(np.take(u, s), nan=0.0))
+    need_s = need[s] = np.maximum(0.0, floor_s - np.nan_to_num(u[s], nan=0.0))
     needed = np.bincount(on_s, weights=need_s, minlength=n)
 
     cap = np.full(w, np.inf)

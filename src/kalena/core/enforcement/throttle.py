@@ -296,11 +296,12 @@ def throttle_nodes(
     node_s, node_b = np.take(view.node, service), np.take(view.node, batch)
     u = view.seen_usage[:, CPU]
     if effective is None:  # r' = fmax(r, u) (the view's effective_reservation) on the service rows only
-        claim_s = np.fmax(np.take(view.reservation[:, CPU], service), np.take(u, service))
+        # column views are strided: indexing gathers the rows, np.take would copy the column first
+        claim_s = np.fmax(view.reservation[:, CPU][service], u[service])
     else:
-        claim_s = np.take(effective[:, CPU], service)
+        claim_s = effective[:, CPU][service]
     claim = np.bincount(node_s, weights=claim_s, minlength=n)
-    bu = np.take(u, batch)
+    bu = u[batch]
     known = ~np.isnan(bu)
     on_known = node_b[known]
     used = np.bincount(on_known, weights=bu[known], minlength=n)
@@ -308,9 +309,9 @@ def throttle_nodes(
     pressured = cpu_pressured_nodes(view.triggered, view.acute, view.psi_some, config)
     target, allowance = batch_cpu_allowances(cap_cpu, claim, used, pressured, previous, config)
 
-    req = np.take(view.request[:, CPU], batch)
+    req = view.request[:, CPU][batch]
     cap_b = cap_cpu[node_b]
-    caps = cpu_caps(np.take(view.limit[:, CPU], batch), cap_b, req, np.take(view.slack_cpu, batch))
+    caps = cpu_caps(view.limit[:, CPU][batch], cap_b, req, np.take(view.slack_cpu, batch))
     share = water_fill_groups(allowance, node_b, caps, np.maximum(req, config.min_quota_cores))
     floor = np.zeros(len(batch)) if floors is None else np.minimum(np.take(floors, batch), caps)
     lifted = floor > share
