@@ -583,9 +583,11 @@ class Simulation:
         h = rs.high
         nc = memory.DIMS_NC
         alive = rs.alive[:h]
-        u = t.usage[:h, nc]
+        over_limit = np.zeros(h, dtype=bool)
         with np.errstate(invalid="ignore"):  # NaN (no sample, free row) is never over anything
-            over_limit = alive & np.any(u > t.limit[:h, nc], axis=1)
+            for d in nc.tolist():  # column views: no (h, 2) copies
+                over_limit |= t.usage[:h, d] > t.limit[:h, d]
+        over_limit &= alive
         node = rs.node[:h]
         nodes = set(node[over_limit].tolist())
         trig = triggered[:, nc].any(axis=1)
@@ -595,7 +597,7 @@ class Simulation:
             grouped, bounds = rows_by_node(rows, node[rows], led.n_nodes)
             for n in np.flatnonzero(trig).tolist():
                 grp = grouped[bounds[n] : bounds[n + 1]]
-                if len(grp) and np.any(np.nansum(u[grp], axis=0) > self.cap[n, nc]):
+                if len(grp) and np.any(np.nansum(t.usage[grp][:, nc], axis=0) > self.cap[n, nc]):
                     nodes.add(n)
         if nodes:
             self._kill_over(sorted(nodes), now)
