@@ -750,8 +750,11 @@ class Simulation:
         older[rows] = False
         older = np.flatnonzero(older)
         dims = [CPU, RAM]
-        used = led.request_sum[:, dims].copy()
-        np.add.at(used, rs.node[older], rs.request[older][:, dims])
+        used = np.ascontiguousarray(led.request_sum[:, dims].T)  # (2, N): a 1-D add.at per dimension
+        on = rs.node[older]
+        for j, d in enumerate(dims):  # the same sums in the same order as a 2-D add.at, ~10x faster
+            np.add.at(used[j], on, rs.request[:, d][older])
+        used = used.T
         # the core's fit rule, counted by requests: each placement with the earlier ones there
         _, fits = running_fit(used, nodes, rs.request[rows][:, dims], led.capacity_tol[:, dims])
         return ~fits

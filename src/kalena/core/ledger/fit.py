@@ -38,13 +38,26 @@ def running_fit(
     starting from ``used`` (``(N, D)``). Returns, per placement, the node's use with it and every
     earlier one there added (``(k, D)``, summed in order as a loop would, bit for bit) and whether
     that fits ``capacity_tol`` (``(k,)``). Whether each one is *taken* is the caller's rule."""
-    running = np.empty_like(requests, dtype=np.float64)
+    requests = np.asarray(requests, dtype=np.float64)
+    nodes = np.asarray(nodes)
+    k = len(nodes)
+    if k == 0:
+        return np.empty_like(requests), np.zeros(0, dtype=bool)
+    # One scan for every node at once, exactly as one loop per node: each node's placements in
+    # order, after a row holding its ``used``, in a zero-padded (nodes placed on, longest + 1, D)
+    # block; a cumsum along axis 1 adds each row's terms in that order, and the padding comes last.
     order = np.argsort(nodes, kind="stable")
-    for group in np.split(order, np.flatnonzero(np.diff(nodes[order])) + 1):
-        if not len(group):
-            continue
-        n = int(nodes[group[0]])
-        running[group] = np.cumsum(np.vstack([used[n], requests[group]]), axis=0)[1:]
+    sorted_nodes = nodes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_nodes[1:] != sorted_nodes[:-1]])
+    sizes = np.diff(np.r_[starts, k])
+    group = np.repeat(np.arange(len(starts)), sizes)
+    pos = np.arange(k) - np.repeat(starts, sizes) + 1  # 1..size within its node; 0 holds used
+    block = np.zeros((len(starts), int(sizes.max()) + 1, requests.shape[1]))
+    block[:, 0] = used[sorted_nodes[starts]]
+    block[group, pos] = requests[order]
+    np.cumsum(block, axis=1, out=block)
+    running = np.empty_like(requests)
+    running[order] = block[group, pos]
     fits = (running <= capacity_tol[nodes]).all(axis=1)
     return running, fits
 
