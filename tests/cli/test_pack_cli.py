@@ -181,3 +181,64 @@ def test_manifest_pack_says_which_soft_rules_it_did_not_weigh(tmp_path: Path):
     # an IR cluster states no such rules: the figure is absent, not zero
     ir = run_kalena(["pack", "--json"], tmp_path, timeout=120)
     assert ir.returncode == 0 and "soft_rules_not_weighed" not in json.loads(ir.stdout)
+
+
+DAEMONS = """
+apiVersion: v1
+kind: Node
+metadata: {name: small}
+status: {allocatable: {cpu: '1', memory: 8Gi, pods: '1'}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: big}
+status: {allocatable: {cpu: '8', memory: 32Gi, pods: '110'}}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: a, image: x, resources: {requests: {cpu: 1500m, memory: 1Gi}}}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: logs, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: logs}}
+  template:
+    metadata: {labels: {app: logs}}
+    spec:
+      containers: [{name: l, image: x, resources: {requests: {cpu: 100m}}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: w, image: x, resources: {requests: {cpu: '1', memory: 1Gi}}}]
+"""
+
+
+def test_manifest_pack_names_the_nodes_its_daemonsets_overfill(tmp_path: Path):
+    """Kubernetes would leave some DaemonSet pods Pending on a node they do not fit; the pack
+    counts that node with nothing left, and says so rather than hiding it in a clipped capacity."""
+    f = tmp_path / "cluster.yaml"
+    f.write_text(DAEMONS, encoding="utf-8")
+    r = run_kalena(["pack", "--manifests", str(f), "--json"], tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)
+    assert figures["daemonsets_over_allocatable"] == [
+        {"node": "small", "dimension": "cpu", "requested": 1.6, "allocatable": 1.0},
+        {"node": "small", "dimension": "pods", "requested": 2.0, "allocatable": 1.0},
+    ]
+    assert figures["placed"] == 2 and figures["active_nodes"] == 1  # both web pods on big
+    table = run_kalena(["pack", "--manifests", str(f)], tmp_path, timeout=60)
+    assert "note: node small: its DaemonSets request 1.6 cpu of 1" in table.stdout

@@ -18,6 +18,7 @@ from typing import Annotated
 
 import numpy as np
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -30,7 +31,7 @@ from kalena.ir import IRError, load_cluster
 from kalena.ir.checks import soft_notes
 from kalena.ir.document import BlueprintDoc, MetaDoc
 from kalena.ir.write import dump_blueprint, write_text_atomic
-from kalena.manifests.cluster import read_cluster
+from kalena.manifests.cluster import ManifestCluster, read_cluster
 
 EXIT_PENDING = 1
 #: soft-rule notes printed before the rest are only counted
@@ -48,10 +49,10 @@ def _mean_used(result: PackResult, cluster: Cluster, d: int) -> float | None:
 
 
 def summary(
-    cluster: Cluster, result: PackResult, notes: list[str], unweighed: dict[str, dict[str, int]] | None = None
+    cluster: Cluster, result: PackResult, notes: list[str], manifests: ManifestCluster | None = None
 ) -> dict[str, object]:
-    """The figures a person (or ``--json``) reads; ``unweighed`` (manifests only): the soft rules
-    the files state that the packer does not weigh, by kind."""
+    """The figures a person (or ``--json``) reads; from Kubernetes manifests also the soft rules
+    the packer does not weigh, by kind, and the nodes whose DaemonSets ask more than they have."""
     out: dict[str, object] = {
         "workloads": len(cluster.workloads),
         "placed": len(result.placement),
@@ -62,8 +63,12 @@ def summary(
         "mean_ram_on_active_nodes": _mean_used(result, cluster, RAM),
         "soft_rules_broken": len(notes),
     }
-    if unweighed is not None:
-        out["soft_rules_not_weighed"] = unweighed
+    if manifests is not None:
+        out["soft_rules_not_weighed"] = manifests.unweighed()
+        out["daemonsets_over_allocatable"] = [
+            {"node": o.node, "dimension": o.dimension, "requested": o.requested, "allocatable": o.allocatable}
+            for o in manifests.daemonset_overflow
+        ]
     return out
 
 
@@ -94,14 +99,14 @@ def command(
 ) -> None:
     """Pack production by its requests: Infrastructure + Workloads -> a Blueprint (hard rules kept,
     soft affinity reported)."""
-    cluster, unweighed = read_input(files, manifests)
+    cluster, mc = read_input(files, manifests)
     result = pack(cluster)
     notes = soft_notes(dataclasses.replace(cluster, placement=result.placement))
-    figures = summary(cluster, result, notes, unweighed)
+    figures = summary(cluster, result, notes, mc)
     if as_json:
         typer.echo(json.dumps(figures, indent=2))
     else:
-        _show(figures, notes, result)
+        _show(figures, notes, result, mc)
     if result.pending:
         if out is not None:
             typer.echo(f"{out}: not written: {len(result.pending)} workloads could not be placed", err=True)
@@ -123,9 +128,9 @@ def command(
 
 def read_input(
     files: list[Path] | None, manifests: list[Path] | None
-) -> tuple[Cluster, dict[str, dict[str, int]] | None]:
+) -> tuple[Cluster, ManifestCluster | None]:
     """The cluster to pack (INFRA WORKLOADS, the bundled Irina, or Kubernetes manifests) and, for
-    manifests, the soft rules they state that the packer does not weigh (``ManifestCluster.unweighed``)."""
+    manifests, what ties it back to them (what the packer leaves out is reported from it)."""
     if manifests:
         if files:
             raise bad_input(["pack: give INFRA WORKLOADS or --manifests, not both"])
@@ -135,7 +140,7 @@ def read_input(
             raise bad_input([p.render() for p in e.problems]) from None
         if not mc.cluster.nodes:
             raise bad_input([f"{', '.join(map(str, manifests))}: no Node object: the packer needs the nodes"])
-        return mc.cluster, mc.unweighed()
+        return mc.cluster, mc
     paths = list(files) if files else list(irina_paths())[:2]
     if len(paths) != 2:
         raise bad_input([f"pack: expected INFRA WORKLOADS (two files), got {len(paths)}"])
@@ -145,7 +150,9 @@ def read_input(
         raise bad_input([p.render() for p in e.problems]) from None
 
 
-def _show(figures: dict[str, object], notes: list[str], result: PackResult) -> None:
+def _show(
+    figures: dict[str, object], notes: list[str], result: PackResult, mc: ManifestCluster | None
+) -> None:
     con = table_console()
     table = Table(title="Packed by requests", show_header=False, title_justify="left")
     table.add_column("what")
@@ -162,13 +169,26 @@ def _show(figures: dict[str, object], notes: list[str], result: PackResult) -> N
         con.print(f"note: {escape(line)}")
     if len(notes) > SHOWN_NOTES:
         con.print(f"note: and {len(notes) - SHOWN_NOTES:,} more soft rules broken")
-    unweighed = figures.get("soft_rules_not_weighed")
-    if isinstance(unweighed, dict) and unweighed:
+    if mc is not None:
+        _show_manifest_notes(con, mc)
+    for wid, why in result.pending:
+        con.print(f"pending: {escape(wid)}: {escape(why)}")
+
+
+def _show_manifest_notes(con: Console, mc: ManifestCluster) -> None:
+    """What the packer left out of the manifests, as note lines."""
+    unweighed = mc.unweighed()
+    if unweighed:
         parts = [
             f"{c['terms']:,} {kind} term{'s' if c['terms'] != 1 else ''} "
             f"({c['pod_types']:,} pod type{'s' if c['pod_types'] != 1 else ''})"
             for kind, c in unweighed.items()
         ]
         con.print(f"note: not weighed (the packer keeps Kubernetes' hard rules only): {', '.join(parts)}")
-    for wid, why in result.pending:
-        con.print(f"pending: {escape(wid)}: {escape(why)}")
+    over = mc.daemonset_overflow
+    for o in over[:SHOWN_NOTES]:
+        con.print(f"note: {escape(o.describe())}")
+    if len(over) > SHOWN_NOTES:
+        con.print(
+            f"note: and {len(over) - SHOWN_NOTES:,} more nodes whose DaemonSets ask more than they have"
+        )

@@ -9,7 +9,8 @@ verifier uses, so a manifest means the same to both. Then:
   it), and ``max_pods`` from the ``pods`` allocatable less one per DaemonSet pod on the node;
 * **DaemonSets**: each runs on the nodes whose labels, taints and its node affinity admit it
   (the DaemonSet controller's tolerations included), resolved to node names; its requests come
-  off those nodes' capacity (Kuberina's Phase 0);
+  off those nodes' capacity (Kuberina's Phase 0), clipped at 0 where they ask more than the node
+  has, which :attr:`ManifestCluster.daemonset_overflow` lists;
 * **every other pod type**: ``replicas`` workloads (a Job's ``parallelism``), named as IR v1
   §3.1 unrolls a declaration (``ns/name-0``, or ``ns/name-0000`` ... for more), the declaration
   being the type's id; tier and priority by the SPEC's classification of the template's labels
@@ -31,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from kalena.core.classify import classify
 from kalena.core.cluster import Cluster
 from kalena.core.model import (
@@ -43,7 +46,8 @@ from kalena.core.model import (
     Toleration,
     WorkloadSpec,
 )
-from kalena.core.resources import Resources
+from kalena.core.resources import DIMS, Resources
+from kalena.core.tolerance import REL_TOL
 from kalena.deployability import labels as lb
 from kalena.deployability.answer import Op, Step
 from kalena.deployability.model import (
@@ -84,6 +88,23 @@ def core_resources(
     return Resources.from_mapping(vals, default=default)
 
 
+@dataclass(frozen=True, slots=True)
+class DaemonSetOverflow:
+    """A node whose DaemonSets request more of a dimension than it has: some of their pods would
+    stay Pending there, and the packer counts the node with none of it left (Phase 0 clips at 0)."""
+
+    node: str
+    dimension: str  # a core dimension, or "pods"
+    requested: float
+    allocatable: float
+
+    def describe(self) -> str:
+        return (
+            f"node {self.node}: its DaemonSets request {self.requested:g} {self.dimension} of "
+            f"{self.allocatable:g}: some of their pods would stay Pending; counted with none left"
+        )
+
+
 @dataclass(frozen=True)
 class ManifestCluster:
     """The cluster the manifests describe, and what ties it back to them: the deployability
@@ -96,6 +117,8 @@ class ManifestCluster:
     #: the soft rules of the packed pod types, which the packer does not weigh: pod type id ->
     #: kind (``kalena.manifests.podspec.SOFT_KINDS``) -> terms
     soft: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: where the DaemonSets ask more than a node has (node order, then dimension order)
+    daemonset_overflow: tuple[DaemonSetOverflow, ...] = ()
 
     def unweighed(self) -> dict[str, dict[str, int]]:
         """Per soft rule kind with any term: ``{"terms": n, "pod_types": k}``, in SOFT_KINDS order."""
@@ -216,6 +239,7 @@ def to_cluster(m: Manifests) -> ManifestCluster:
     daemonsets = [
         DaemonSetSpec(t.id, core_resources(t.requests, 0.0), nodes=ds_nodes[t.id]) for t in ds_types
     ]
+    overflow = _overflow(inst.nodes, nodes, daemonsets)
     workloads: list[WorkloadSpec] = []
     pod_type: dict[str, str] = {}
     for t in inst.types:
@@ -261,7 +285,28 @@ def to_cluster(m: Manifests) -> ManifestCluster:
     cluster = Cluster.build(nodes, daemonsets, workloads)
     packed = set(pod_type.values())  # a DaemonSet's soft rules never meet the packer
     soft = {t: kinds for t, kinds in m.soft.items() if t in packed}
-    return ManifestCluster(cluster, inst, pod_type, ds_nodes, soft)
+    return ManifestCluster(cluster, inst, pod_type, ds_nodes, soft, overflow)
+
+
+def _overflow(
+    raw: Sequence[Node], nodes: Sequence[NodeSpec], daemonsets: Sequence[DaemonSetSpec]
+) -> tuple[DaemonSetOverflow, ...]:
+    """Every (node, dimension) where the DaemonSets running there request more than allocatable."""
+    out = []
+    for n, spec in zip(raw, nodes, strict=True):
+        on = [ds for ds in daemonsets if ds.runs_on(spec)]
+        if not on:
+            continue
+        want = np.sum([ds.resources.array() for ds in on], axis=0)
+        have = spec.allocatable.array()
+        over = want > have + REL_TOL * np.maximum(1.0, have)  # the ledger's own tolerance
+        out += [
+            DaemonSetOverflow(n.name, DIMS[d], float(want[d]), float(have[d])) for d in np.flatnonzero(over)
+        ]
+        pods = n.allocatable.get(PODS)
+        if pods is not None and len(on) > pods:
+            out.append(DaemonSetOverflow(n.name, "pods", float(len(on)), float(pods)))
+    return tuple(out)
 
 
 def replay_steps(mc: ManifestCluster, order: Sequence[str], placement: Mapping[str, str]) -> list[Step]:
