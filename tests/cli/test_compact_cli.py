@@ -119,3 +119,35 @@ def test_kubernetes_manifests_compact_no_lower_than_their_anti_affinity_allows(t
     assert figures["nodes"] == 6 and figures["workloads"] == 6 and figures["kuberina_paper"] is None
     for arm in ("production", "reclaim_on", "reclaim_off"):
         assert [t["nodes"] for t in figures[arm]["trials"]] == [3, 3, 3], arm
+    # what the pack leaves out is said as in `kalena pack`: these files state no soft rule, and
+    # no DaemonSet overfills a node
+    assert figures["soft_rules_not_weighed"] == {} and figures["daemonsets_over_allocatable"] == []
+
+
+def test_manifest_compact_says_what_its_packs_leave_out(tmp_path: Path):
+    """The notes of `kalena pack --manifests` (here a DaemonSet bigger than one node) come with
+    the compaction too, in the table and in --json."""
+    f = tmp_path / "cluster.yaml"
+    f.write_text(
+        "".join(
+            f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: {name}}}\n"
+            f"status: {{allocatable: {{cpu: '{cpu}', memory: 16Gi, pods: '110'}}}}\n"
+            for name, cpu in (("small", 1), ("big-0", 8), ("big-1", 8))
+        )
+        + "---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent, namespace: kube-system}\n"
+        "spec:\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n"
+        "    spec: {containers: [{name: a, image: x, resources: {requests: {cpu: '2'}}}]}\n"
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n"
+        "spec:\n  replicas: 3\n  selector: {matchLabels: {app: web}}\n  template:\n"
+        "    metadata: {labels: {app: web}}\n"
+        "    spec: {containers: [{name: w, image: x, resources: {requests: {cpu: '1'}}}]}\n",
+        encoding="utf-8",
+    )
+    args = ["compact", "--manifests", str(f), "--batch-hours", "0", "--trials", "1", "--workers", "1"]
+    r = run_kalena([*args, "--json"], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    over = json.loads(r.stdout)["daemonsets_over_allocatable"]
+    assert over == [{"node": "small", "dimension": "cpu", "requested": 2.0, "allocatable": 1.0}]
+    table = run_kalena(args, tmp_path, timeout=300)
+    assert table.returncode == 0, table.stderr
+    assert "note: node small: its DaemonSets request 2 cpu of 1" in table.stdout

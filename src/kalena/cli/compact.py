@@ -21,7 +21,16 @@ import typer
 from rich.table import Table
 
 from kalena.cli.compact_trials import TrialFailed, TrialRunner
-from kalena.cli.fanout import MANIFESTS, SchedulerOpt, WorkersOpt, submitter, worker_cluster, workers_of
+from kalena.cli.fanout import (
+    MANIFESTS,
+    SchedulerOpt,
+    WorkersOpt,
+    submitter,
+    worker_cluster,
+    worker_manifests,
+    workers_of,
+)
+from kalena.cli.pack import manifest_figures, show_manifest_notes
 from kalena.cli.screen import bad_input, command_line, progress_bar, table_console
 from kalena.core.cluster import Cluster
 from kalena.core.compaction import DEFAULT_TRIALS, PENDING_FRACTION, Compaction
@@ -267,6 +276,9 @@ def command(
         "pending_fraction": pending_fraction,
         "checkpoint": checkpoint,
     }
+    mc = worker_manifests(*paths) if manifests else None  # (read already: cached)
+    if mc is not None:
+        figures.update(manifest_figures(mc))
     for name, result in results.items():
         figures[name] = {
             "p90": result.p90,
@@ -302,6 +314,8 @@ def command(
         typer.echo(json.dumps(figures, indent=2))
         return
     _show(figures, results, trials, pending_fraction)
+    if mc is not None:
+        show_manifest_notes(table_console(), mc)
     if out is not None:
         table_console().print(f"wrote {out / RECORD_FILE} and {out / PLOT_FILE}")
 

@@ -24,7 +24,7 @@ import typer
 from kalena.cli.screen import bad_input, progress_bar
 from kalena.core.cluster import Cluster
 from kalena.ir import load_cluster
-from kalena.manifests.cluster import read_cluster
+from kalena.manifests.cluster import ManifestCluster, read_cluster
 
 #: The two options of every sweep command.
 WorkersOpt = Annotated[int, typer.Option(help="Worker processes (0: one per CPU).", min=0)]
@@ -59,8 +59,14 @@ def worker_cluster(*paths: str) -> Cluster:
     """The cluster of these IR files (or of the Kubernetes manifests after :data:`MANIFESTS`),
     read once per worker process (every job of a sweep reads the same files)."""
     if paths and paths[0] == MANIFESTS:
-        return read_cluster(paths[1:]).cluster
+        return worker_manifests(*paths[1:]).cluster
     return load_cluster(*paths)
+
+
+@functools.cache
+def worker_manifests(*paths: str) -> ManifestCluster:
+    """The Kubernetes manifests' cluster with what ties it back to them, read once per process."""
+    return read_cluster(paths)
 
 
 class JobFailed(Exception):

@@ -64,12 +64,19 @@ def summary(
         "soft_rules_broken": len(notes),
     }
     if manifests is not None:
-        out["soft_rules_not_weighed"] = manifests.unweighed()
-        out["daemonsets_over_allocatable"] = [
-            {"node": o.node, "dimension": o.dimension, "requested": o.requested, "allocatable": o.allocatable}
-            for o in manifests.daemonset_overflow
-        ]
+        out.update(manifest_figures(manifests))
     return out
+
+
+def manifest_figures(mc: ManifestCluster) -> dict[str, object]:
+    """What a pack of Kubernetes manifests leaves out (``kalena pack`` and ``kalena compact``)."""
+    return {
+        "soft_rules_not_weighed": mc.unweighed(),
+        "daemonsets_over_allocatable": [
+            {"node": o.node, "dimension": o.dimension, "requested": o.requested, "allocatable": o.allocatable}
+            for o in mc.daemonset_overflow
+        ],
+    }
 
 
 def command(
@@ -170,12 +177,12 @@ def _show(
     if len(notes) > SHOWN_NOTES:
         con.print(f"note: and {len(notes) - SHOWN_NOTES:,} more soft rules broken")
     if mc is not None:
-        _show_manifest_notes(con, mc)
+        show_manifest_notes(con, mc)
     for wid, why in result.pending:
         con.print(f"pending: {escape(wid)}: {escape(why)}")
 
 
-def _show_manifest_notes(con: Console, mc: ManifestCluster) -> None:
+def show_manifest_notes(con: Console, mc: ManifestCluster) -> None:
     """What the packer left out of the manifests, as note lines."""
     unweighed = mc.unweighed()
     if unweighed:
