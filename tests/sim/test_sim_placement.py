@@ -8,7 +8,7 @@ import pytest
 from kalena.core.enforcement import PairingConfig
 from kalena.core.placement import PlacementConfig
 from kalena.sim.batch import BatchTasks
-from kalena.sim.placement import BatchQueue, PlacementShell, fit_counts, fit_counts_many
+from kalena.sim.placement import BatchQueue, PlacementShell, admitted, fit_counts, fit_counts_many
 from kalena.testing.builders import batch, node
 from kalena.testing.clusters import ledger_of
 
@@ -36,16 +36,47 @@ def test_queue_keeps_pod_order_within_a_class_and_counts():
     assert q.classes == {"a": [5]} and len(q) == 1
 
 
-def test_fit_counts_many_equals_fit_counts_row_by_row():
-    rng = np.random.default_rng(0)
-    slack = rng.uniform(-2, 10, (30, 8))
-    slack[3] = -np.inf
-    reqs = np.zeros((12, 8))
-    reqs[:, 0] = rng.uniform(0.01, 3, 12)
-    reqs[:6, 1] = rng.uniform(0.1, 4, 6)
+@pytest.mark.parametrize("seed", range(40))
+def test_fit_counts_many_equals_fit_counts_row_by_row(seed: int):
+    """Also where many nodes are full (fit_counts_many skips the nodes no class can use) and where
+    some classes leave a dimension out that others ask for."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    slack = rng.uniform(-2, 10, (n, 8))
+    slack[rng.random(n) < 0.5] *= 0.01  # nearly full nodes
+    slack[rng.random(n) < 0.1] = -np.inf  # not eligible
+    slack[:, rng.random(8) < 0.2] = np.inf  # unbounded dimensions
+    k = int(rng.integers(1, 12))
+    reqs = np.zeros((k, 8))
+    reqs[:, 0] = rng.uniform(0.01, 3, k)
+    for d in (1, 3):
+        asks = rng.random(k) < rng.choice([0.5, 1.0])
+        reqs[asks, d] = rng.uniform(0.01, 4, int(asks.sum()))
     many = fit_counts_many(reqs, slack)
-    for k in range(len(reqs)):
-        assert many[k].tolist() == fit_counts(reqs[k], slack).tolist()
+    for j in range(k):
+        assert many[j].tolist() == fit_counts(reqs[j], slack).tolist()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_admitted_is_the_bound_over_every_node(seed: int, monkeypatch: pytest.MonkeyPatch):
+    """Block by block with classes leaving once they reach their size, the bound is what every
+    node's count gives (blocked nodes counting 0), capped at the class's size."""
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr("kalena.sim.placement.ADMIT_BLOCK", int(rng.integers(1, 8)))
+    n, k = int(rng.integers(1, 40)), int(rng.integers(1, 10))
+    slack = rng.uniform(-1, 6, (n, 8))
+    slack[rng.random(n) < 0.3] *= 0.05
+    reqs = np.zeros((k, 8))
+    reqs[:, 0] = rng.uniform(0.1, 2, k)
+    reqs[rng.random(k) < 0.5, 1] = 0.5
+    sizes = rng.integers(0, 25, k)
+    blocked = [sorted(set(rng.integers(0, n, int(rng.integers(0, 4))).tolist())) for _ in range(k)]
+    want = []
+    for j in range(k):
+        per = fit_counts(reqs[j], slack)
+        per[blocked[j]] = 0
+        want.append(min(int(sizes[j]), int(per.sum())))
+    assert admitted(reqs, slack, sizes, blocked).tolist() == want
 
 
 def _tasks(specs: list) -> BatchTasks:

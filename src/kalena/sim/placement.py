@@ -11,7 +11,8 @@ blacklisted as a harmful pairing count 0). The bound never changes an outcome: a
 lowers ``S``, so the core cannot place more than ``k`` pods of the class in it, and the pods of a
 class are identical, so it places a prefix of them in pod order (once one waits, the rest wait
 for the same reasons). What it saves is the core's why-pending work for pods whose answer is
-known (kube-scheduler's queueing hints do the same). ``tests/sim`` checks a run with the bound
+known (kube-scheduler's queueing hints do the same). Only ``min(k, pending)`` matters, so ``k``
+is summed a block of nodes at a time and a class stops once it reaches its pending count. ``tests/sim`` checks a run with the bound
 against one that sends every pending pod.
 
 **Context.** The core's :class:`~kalena.core.placement.ContextKeeper` (the one the node agent
@@ -79,12 +80,52 @@ def fit_counts_many(requests: np.ndarray, slack: np.ndarray) -> np.ndarray:
     d = np.flatnonzero(requests.any(axis=0))
     if not len(d):
         return np.full((len(requests), len(slack)), 1 << 20, dtype=np.int64)
-    r = requests[:, d][:, None, :]  # (K, 1, D)
+    out = np.zeros((len(requests), len(slack)), dtype=np.int64)
+    # A node short, on a dimension every class requests, of the smallest such request admits no
+    # pod of any class: only the others are worked out (a busy cluster's nodes are mostly full).
+    req = requests[:, d]
+    every = (req > 0).all(axis=0)
+    room = np.flatnonzero((slack[:, d[every]] >= req[:, every].min(axis=0)).all(axis=1))
+    if not len(room):
+        return out
+    r = req[:, None, :]  # (K, 1, D)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(r > 0, slack[None, :, d] / r, np.inf)
+        ratio = np.where(r > 0, slack[room][:, d][None, :, :] / r, np.inf)
     per = np.floor(ratio.min(axis=2))
     per = np.where(np.isfinite(per), per, np.where(per > 0, 1 << 20, 0))
-    return np.maximum(per, 0).astype(np.int64)
+    out[:, room] = np.maximum(per, 0).astype(np.int64)
+    return out
+
+
+#: Nodes per block of :func:`admitted` (a (classes, nodes, dimensions) block stays small).
+ADMIT_BLOCK = 512
+
+
+def admitted(
+    requests: np.ndarray, slack: np.ndarray, sizes: np.ndarray, blocked: Sequence[Sequence[int]]
+) -> np.ndarray:
+    """Per class, ``min(sizes[k], sum over its unblocked nodes of fit_counts)``: the module's bound.
+
+    The nodes are taken a block at a time and a class leaves once its sum reaches its size (the
+    minimum is then its size whatever the other nodes add), so in a cluster with room a pass
+    looks at a few blocks, not at every node for every class.
+    """
+    k, n = len(requests), len(slack)
+    total = np.zeros(k, dtype=np.int64)
+    active = np.flatnonzero(sizes > 0)
+    for start in range(0, n, ADMIT_BLOCK):
+        if not len(active):
+            break
+        stop = min(start + ADMIT_BLOCK, n)
+        per = fit_counts_many(requests[active], slack[start:stop])
+        for i, c in enumerate(active.tolist()):
+            if blocked[c]:  # cooling down or a harmful pairing there: it counts 0
+                at = np.asarray(blocked[c], dtype=np.int64)
+                at = at[(at >= start) & (at < stop)] - start
+                per[i, at] = 0
+        total[active] += per.sum(axis=1)
+        active = active[total[active] < sizes[active]]
+    return np.minimum(total, sizes)
 
 
 class PlacementShell:
@@ -140,16 +181,11 @@ class PlacementShell:
         maybe = np.flatnonzero(np.all(req <= slack.max(axis=0), axis=1))
         if not len(maybe):
             return []
-        counts = fit_counts_many(req[maybe], slack)
+        sizes = np.array([len(queue.classes[keys[c]]) for c in maybe.tolist()], dtype=np.int64)
+        counts = admitted(req[maybe], slack, sizes, [blocked.get(keys[c], []) for c in maybe.tolist()])
         out: list[int] = []  # in queue order: each class is bounded alone, and schedule sorts the pods
         for j, c in enumerate(maybe.tolist()):
-            key = keys[c]
-            per = counts[j]
-            if key in blocked:
-                per = per.copy()
-                per[blocked[key]] = 0
-            k = min(len(queue.classes[key]), int(per.sum()))
-            out.extend(queue.classes[key][:k])
+            out.extend(queue.classes[keys[c]][: int(counts[j])])
         return out
 
     def run(
