@@ -11,9 +11,9 @@ blacklisted as a harmful pairing count 0). The bound never changes an outcome: a
 lowers ``S``, so the core cannot place more than ``k`` pods of the class in it, and the pods of a
 class are identical, so it places a prefix of them in pod order (once one waits, the rest wait
 for the same reasons). What it saves is the core's why-pending work for pods whose answer is
-known (kube-scheduler's queueing hints do the same). Only ``min(k, pending)`` matters, so ``k``
-is summed a block of nodes at a time and a class stops once it reaches its pending count. ``tests/sim`` checks a run with the bound
-against one that sends every pending pod.
+known (kube-scheduler's queueing hints do the same). ``tests/sim`` checks a run with the bound
+against one that sends every pending pod. Only ``min(k, pending)`` matters, so ``k`` is summed
+a block of nodes at a time, and a class stops once it reaches its pending count.
 
 **Context.** The core's :class:`~kalena.core.placement.ContextKeeper` (the one the node agent
 keeps too), fed by the engine: cooldowns from eviction requeues, the harmful-pairing blacklist

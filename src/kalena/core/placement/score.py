@@ -68,6 +68,8 @@ class StrandedParts:
 
     def balance(self, q: np.ndarray, request: np.ndarray, nodes: np.ndarray | slice) -> np.ndarray:
         """The term for ``nodes``: quantised slack ``q`` (k, d) and ``request`` (d,), on the dimensions."""
+        if not isinstance(nodes, slice) and len(nodes) == 1:
+            return self._one(q[0], request, int(nodes[0]))
         invalid = self.invalid[nodes]
         k, d = invalid.shape
         # Column-major, as the formula's ``capacity[:, dims]`` pick makes it: the row sums and
@@ -85,6 +87,21 @@ class StrandedParts:
         dev[invalid] = 0.0
         var = np.einsum("ij,ij->i", dev, dev) / safe_n
         return np.where(self.scored[nodes], 1.0 - 2.0 * np.sqrt(var), 1.0)
+
+    def _one(self, q: np.ndarray, request: np.ndarray, n: int) -> np.ndarray:
+        """:meth:`balance` for one node (the score cache's usual miss: the node a pod just went to),
+        on 1-D rows: the same operations in the same order, without the 2-D indexing around them."""
+        invalid = self.invalid[n]
+        with np.errstate(invalid="ignore"):  # inf - inf on an unusable cell: NaN, zeroed below
+            f = np.subtract(q, request)
+        np.divide(f, self.divisor[n], out=f)
+        np.clip(f, 0.0, 1.0, out=f)
+        f[invalid] = 0.0
+        safe_n = self.safe_n[n]
+        dev = f - f.sum() / safe_n
+        dev[invalid] = 0.0
+        var = np.einsum("j,j->", dev, dev) / safe_n
+        return np.array([1.0 - 2.0 * np.sqrt(var) if self.scored[n] else 1.0])
 
 
 def colocation(service_count: np.ndarray, batch_count: np.ndarray) -> np.ndarray:
