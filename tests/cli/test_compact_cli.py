@@ -150,4 +150,4 @@ def test_manifest_compact_says_what_its_packs_leave_out(tmp_path: Path):
     assert over == [{"node": "small", "dimension": "cpu", "requested": 2.0, "allocatable": 1.0}]
     table = run_kalena(args, tmp_path, timeout=300)
     assert table.returncode == 0, table.stderr
-    assert "note: node small: its DaemonSets request 2 cpu of 1" in table.stdout
+    assert "note: node small: its DaemonSets request cpu 2, it has 1:" in table.stdout

@@ -241,4 +241,4 @@ def test_manifest_pack_names_the_nodes_its_daemonsets_overfill(tmp_path: Path):
     ]
     assert figures["placed"] == 2 and figures["active_nodes"] == 1  # both web pods on big
     table = run_kalena(["pack", "--manifests", str(f)], tmp_path, timeout=60)
-    assert "note: node small: its DaemonSets request 1.6 cpu of 1" in table.stdout
+    assert "note: node small: its DaemonSets request cpu 1.6, it has 1:" in table.stdout

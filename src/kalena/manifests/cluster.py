@@ -99,9 +99,10 @@ class DaemonSetOverflow:
     allocatable: float
 
     def describe(self) -> str:
+        unit = " GiB" if self.dimension in ("ram", "storage") else ""
         return (
-            f"node {self.node}: its DaemonSets request {self.requested:g} {self.dimension} of "
-            f"{self.allocatable:g}: some of their pods would stay Pending; counted with none left"
+            f"node {self.node}: its DaemonSets request {self.dimension} {self.requested:g}{unit}, it has "
+            f"{self.allocatable:g}{unit}: some of their pods would stay Pending; counted with none left"
         )
 
 

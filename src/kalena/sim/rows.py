@@ -109,7 +109,7 @@ class RowTable:
         self.throttled_window[row] = 0
 
     def record_throttled(self, h: int, slot: int, lost_s: np.ndarray) -> None:
-        """Rows ``[0, h)`` were throttled ``lost_s`` seconds this tick (ring column ``slot``).
+        """Rows ``[0, h)`` were throttled ``lost_s`` seconds this tick (ring slot ``slot``).
 
         The window's sums are kept as the ring turns (add the new slot, take out the one it
         replaces), exactly, since the counts are integers: summing ``(h, window)`` every round

@@ -46,3 +46,18 @@ def test_no_placement():
         np.zeros((3, 8)), np.zeros(0, dtype=np.int64), np.zeros((0, 8)), np.ones((3, 8))
     )
     assert running.shape == (0, 8) and fits.shape == (0,)
+
+
+def test_one_crowded_node_takes_the_loop_with_the_same_sums():
+    """Thousands of placements on one node and one on each of 2,000 others: a padded block would
+    hold 2,001 x 3,001 rows, so the nodes are summed one at a time, bit for bit the same."""
+    rng = np.random.default_rng(7)
+    nodes = np.concatenate([np.zeros(3000, dtype=np.int64), np.arange(1, 2001)])
+    rng.shuffle(nodes)
+    requests = rng.integers(1, 30, (len(nodes), 2)) / 7.0
+    used = rng.random((2001, 2)) * 10.0
+    cap = used + 50.0
+    got_running, got_fits = running_fit(used, nodes, requests, cap)
+    want_running, want_fits = _loop(used, nodes, requests, cap)
+    assert got_running.tobytes() == want_running.tobytes()
+    assert np.array_equal(got_fits, want_fits) and not got_fits.all() and got_fits.any()

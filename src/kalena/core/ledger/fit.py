@@ -50,6 +50,8 @@ def running_fit(
     sorted_nodes = nodes[order]
     starts = np.flatnonzero(np.r_[True, sorted_nodes[1:] != sorted_nodes[:-1]])
     sizes = np.diff(np.r_[starts, k])
+    if len(starts) * (int(sizes.max()) + 1) > 4 * k + 4096:  # one crowded node would pad them all
+        return _running_fit_by_node(used, order, starts, requests, capacity_tol, nodes)
     group = np.repeat(np.arange(len(starts)), sizes)
     pos = np.arange(k) - np.repeat(starts, sizes) + 1  # 1..size within its node; 0 holds used
     block = np.zeros((len(starts), int(sizes.max()) + 1, requests.shape[1]))
@@ -58,6 +60,23 @@ def running_fit(
     np.cumsum(block, axis=1, out=block)
     running = np.empty_like(requests)
     running[order] = block[group, pos]
+    fits = (running <= capacity_tol[nodes]).all(axis=1)
+    return running, fits
+
+
+def _running_fit_by_node(
+    used: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    requests: np.ndarray,
+    capacity_tol: np.ndarray,
+    nodes: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`running_fit` one node at a time (the same sums), where the padded block would be large."""
+    running = np.empty_like(requests)
+    for group in np.split(order, starts[1:]):
+        n = int(nodes[group[0]])
+        running[group] = np.cumsum(np.vstack([used[n], requests[group]]), axis=0)[1:]
     fits = (running <= capacity_tol[nodes]).all(axis=1)
     return running, fits
 
