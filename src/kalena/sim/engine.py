@@ -393,7 +393,7 @@ class Simulation:
         # the node agent cannot meet in time (_kernel_first); the rest rises evenly over the tick
         nc = memory.DIMS_NC
         jump = np.flatnonzero(self.prod.burst_started)
-        steps = np.maximum(prod[jump][:, nc] - np.nan_to_num(t.usage[jump][:, nc]), 0.0)
+        steps = np.maximum(prod[jump][:, nc] - np.fmax(t.usage[jump][:, nc], 0.0), 0.0)  # NaN: 0
         t.usage[:p] = prod
         batch = t.kind[:h] == BATCH
         fresh = batch & np.isnan(t.usage[:h, RAM])  # placed last tick: its memory is now in use
@@ -417,7 +417,9 @@ class Simulation:
         live = rs.live_rows()
         granted, self.psi = cpu.contend(live, rs.node, want, t.weight[:h], self.cap[:, CPU])
         t.usage[:h, CPU] = np.where(rs.alive[:h], granted, np.nan)
-        b_cpu = np.bincount(rs.node[live], np.where(batch[live], granted[live], 0.0), len(self.cap))
+        # over every row, free ones at node 0 with weight 0: the same terms in the same order as
+        # over the live rows (a +0.0 never moves a sum), without gathering three columns
+        b_cpu = np.bincount(np.maximum(rs.node[:h], 0), np.where(batch, granted, 0.0), len(self.cap))
         self.batch_share = np.divide(b_cpu, self.cap[:, CPU], out=np.zeros(len(b_cpu)), where=self.cap_ok)
         # the SLO proxy's time above reservation: against the reservation this usage met (the
         # tick's estimate comes after it; measured after it, usage would never stand above)
