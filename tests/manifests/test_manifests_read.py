@@ -7,6 +7,7 @@ import pytest
 from kalena.deployability import HOSTNAME, Evaluator, LabelSelector, Requirement, Semantics
 from kalena.ir.errors import IRError
 from kalena.manifests import parse_manifests, read_manifests
+from kalena.manifests.load import parse_workloads
 
 NODE = (
     "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {zone: a}}\n"
@@ -304,3 +305,31 @@ def test_missing_file_and_directory_reading(tmp_path):
     (tmp_path / "b.yml").write_text(POD)
     inst = read_manifests([tmp_path])
     assert [n.name for n in inst.nodes] == ["n1"] and [t.id for t in inst.types] == ["default/p"]
+
+
+def test_soft_rules_are_counted_per_pod_type_by_kind():
+    """Preferred terms and ScheduleAnyway spread are left out of the hard model but counted, each
+    constraint once, beside the DoNotSchedule one that is kept."""
+    doc = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      affinity:
+        nodeAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - {weight: 1, preference: {matchExpressions: [{key: a, operator: Exists}]}}
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway}
+      - {maxSkew: 1, topologyKey: host, whenUnsatisfiable: ScheduleAnyway}
+      - {maxSkew: 1, topologyKey: rack, whenUnsatisfiable: DoNotSchedule}
+      containers: [{name: w, image: x}]
+"""
+    m = parse_workloads([("web.yaml", doc)])
+    assert m.soft == {"default/web": {"preferred node affinity": 1, "ScheduleAnyway spread": 2}}
+    (t,) = m.instance.types
+    assert [c.topology_key for c in t.spread] == ["rack"]

@@ -186,8 +186,12 @@ def _tolerations(raw: Any, loc: Loc, log: ProblemLog) -> tuple[Toleration, ...]:
     return tuple(out)
 
 
-def _spread(raw: Any, loc: Loc, log: ProblemLog, labels: dict[str, str]) -> tuple[SpreadConstraint, ...]:
+def _spread(
+    raw: Any, loc: Loc, log: ProblemLog, labels: dict[str, str]
+) -> tuple[tuple[SpreadConstraint, ...], int]:
+    """The ``DoNotSchedule`` constraints, and how many ``ScheduleAnyway`` ones were left out."""
     out = []
+    soft = 0
     for i, c in enumerate(f.seq(raw, loc, log)):
         cl = (*loc, i)
         cm = f.mapping(c, cl, log, optional=False)
@@ -199,7 +203,8 @@ def _spread(raw: Any, loc: Loc, log: ProblemLog, labels: dict[str, str]) -> tupl
                 log.add((*cl, "whenUnsatisfiable"), "must be DoNotSchedule or ScheduleAnyway", when)
             continue
         if when == "ScheduleAnyway":
-            continue  # soft: scoring only (counted by pod_spec)
+            soft += 1  # soft: scoring only
+            continue
         skew = f.integer(cm.get("maxSkew"), (*cl, "maxSkew"), log, minimum=1)
         key = f.string(cm.get("topologyKey"), (*cl, "topologyKey"), log, required=True)
         min_domains = f.integer(cm.get("minDomains"), (*cl, "minDomains"), log, minimum=1, default=1)
@@ -236,7 +241,7 @@ def _spread(raw: Any, loc: Loc, log: ProblemLog, labels: dict[str, str]) -> tupl
     keys = [c.topology_key for c in out]
     if len(keys) != len(set(keys)):
         log.add(loc, "two DoNotSchedule constraints share a topologyKey", keys)
-    return tuple(out)
+    return tuple(out), soft
 
 
 def pod_spec(spec: dict[str, Any], loc: Loc, log: ProblemLog, labels: dict[str, str]) -> PodSpecParts:
@@ -251,17 +256,14 @@ def pod_spec(spec: dict[str, Any], loc: Loc, log: ProblemLog, labels: dict[str, 
         aff.get("podAntiAffinity"), (*loc, "affinity", "podAntiAffinity"), log, labels
     )
     parts.tolerations = _tolerations(spec.get("tolerations"), (*loc, "tolerations"), log)
-    spread_raw = spec.get("topologySpreadConstraints")
-    parts.spread = _spread(spread_raw, (*loc, "topologySpreadConstraints"), log, labels)
+    parts.spread, soft_spread = _spread(
+        spec.get("topologySpreadConstraints"), (*loc, "topologySpreadConstraints"), log, labels
+    )
     counts = (
         _preferred(aff.get("nodeAffinity"), (*loc, "affinity", "nodeAffinity"), log),
         _preferred(aff.get("podAffinity"), (*loc, "affinity", "podAffinity"), log),
         _preferred(aff.get("podAntiAffinity"), (*loc, "affinity", "podAntiAffinity"), log),
-        sum(
-            1
-            for c in (spread_raw if isinstance(spread_raw, list) else ())
-            if isinstance(c, dict) and c.get("whenUnsatisfiable") == "ScheduleAnyway"
-        ),
+        soft_spread,
     )
     parts.soft = {k: c for k, c in zip(SOFT_KINDS, counts, strict=True) if c}
     name = spec.get("nodeName")
