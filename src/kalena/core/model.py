@@ -161,17 +161,24 @@ class DaemonSetSpec:
         return all(t.key in self.tolerations for t in node.taints)
 
 
+def daemonset_requests(
+    node: NodeSpec, daemonsets: tuple[DaemonSetSpec, ...] | list[DaemonSetSpec]
+) -> Resources:
+    """The summed requests of the DaemonSets that run on ``node`` (what Phase 0 takes off it)."""
+    used = Resources.zero()
+    for ds in daemonsets:
+        if ds.runs_on(node):
+            used = used + ds.resources
+    return used
+
+
 def node_capacity(node: NodeSpec, daemonsets: tuple[DaemonSetSpec, ...] | list[DaemonSetSpec]) -> Resources:
     """C_n: allocatable minus every matching DaemonSet's requests (Kuberina's Phase 0).
 
     Unconstrained dimensions stay unconstrained. Clipped at zero: a node whose DaemonSets
     exceed its allocatable has no capacity left, never negative capacity.
     """
-    used = Resources.zero()
-    for ds in daemonsets:
-        if ds.runs_on(node):
-            used = used + ds.resources
-    return node.allocatable.minus(used)
+    return node.allocatable.minus(daemonset_requests(node, daemonsets))
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from kalena.core.model import (
     Taint,
     Toleration,
     WorkloadSpec,
+    daemonset_requests,
 )
 from kalena.core.resources import DIMS, Resources
 from kalena.core.tolerance import REL_TOL
@@ -222,25 +223,25 @@ def to_cluster(m: Manifests) -> ManifestCluster:
     res = _Resolver(inst)
     ds_types = [t for t in inst.types if t.kind == "DaemonSet"]
     ds_nodes = {t.id: res.runs_on(t) for t in ds_types}
-    nodes = []
-    for n in inst.nodes:
-        pods = n.allocatable.get(PODS)
-        on_node = sum(1 for t in ds_types if n.name in ds_nodes[t.id])
-        nodes.append(
-            NodeSpec(
-                n.name,
-                # no GPU unless the node lists one (as kalena.k8s reads a Node)
-                allocatable=core_resources(n.allocatable, float("inf"), absent={"gpu": 0.0}),
-                labels=dict(n.labels),
-                taints=_taints(n),
-                zone=n.labels.get(ZONE, ""),
-                max_pods=None if pods is None else max(pods - on_node, 0),
-            )
-        )
     daemonsets = [
         DaemonSetSpec(t.id, core_resources(t.requests, 0.0), nodes=ds_nodes[t.id]) for t in ds_types
     ]
-    overflow = _overflow(inst.nodes, nodes, daemonsets)
+    nodes: list[NodeSpec] = []
+    overflow: list[DaemonSetOverflow] = []
+    for n in inst.nodes:
+        pods = n.allocatable.get(PODS)
+        on_node = [ds for ds in daemonsets if n.name in ds_nodes[ds.name]]
+        spec = NodeSpec(
+            n.name,
+            # no GPU unless the node lists one (as kalena.k8s reads a Node)
+            allocatable=core_resources(n.allocatable, float("inf"), absent={"gpu": 0.0}),
+            labels=dict(n.labels),
+            taints=_taints(n),
+            zone=n.labels.get(ZONE, ""),
+            max_pods=None if pods is None else max(pods - len(on_node), 0),
+        )
+        nodes.append(spec)
+        overflow += _overflow(spec, on_node, pods)
     workloads: list[WorkloadSpec] = []
     pod_type: dict[str, str] = {}
     for t in inst.types:
@@ -286,28 +287,22 @@ def to_cluster(m: Manifests) -> ManifestCluster:
     cluster = Cluster.build(nodes, daemonsets, workloads)
     packed = set(pod_type.values())  # a DaemonSet's soft rules never meet the packer
     soft = {t: kinds for t, kinds in m.soft.items() if t in packed}
-    return ManifestCluster(cluster, inst, pod_type, ds_nodes, soft, overflow)
+    return ManifestCluster(cluster, inst, pod_type, ds_nodes, soft, tuple(overflow))
 
 
-def _overflow(
-    raw: Sequence[Node], nodes: Sequence[NodeSpec], daemonsets: Sequence[DaemonSetSpec]
-) -> tuple[DaemonSetOverflow, ...]:
-    """Every (node, dimension) where the DaemonSets running there request more than allocatable."""
-    out = []
-    for n, spec in zip(raw, nodes, strict=True):
-        on = [ds for ds in daemonsets if ds.runs_on(spec)]
-        if not on:
-            continue
-        want = np.sum([ds.resources.array() for ds in on], axis=0)
-        have = spec.allocatable.array()
-        over = want > have + REL_TOL * np.maximum(1.0, have)  # the ledger's own tolerance
-        out += [
-            DaemonSetOverflow(n.name, DIMS[d], float(want[d]), float(have[d])) for d in np.flatnonzero(over)
-        ]
-        pods = n.allocatable.get(PODS)
-        if pods is not None and len(on) > pods:
-            out.append(DaemonSetOverflow(n.name, "pods", float(len(on)), float(pods)))
-    return tuple(out)
+def _overflow(node: NodeSpec, on: list[DaemonSetSpec], pods: int | None) -> list[DaemonSetOverflow]:
+    """Where the DaemonSets ``on`` the node request more than its allocatable (Phase 0 clips there)."""
+    if not on:
+        return []
+    want = daemonset_requests(node, on).array()
+    have = node.allocatable.array()
+    over = want > have + REL_TOL * np.maximum(1.0, have)  # the ledger's own tolerance
+    out = [
+        DaemonSetOverflow(node.name, DIMS[d], float(want[d]), float(have[d])) for d in np.flatnonzero(over)
+    ]
+    if pods is not None and len(on) > pods:
+        out.append(DaemonSetOverflow(node.name, "pods", float(len(on)), float(pods)))
+    return out
 
 
 def replay_steps(mc: ManifestCluster, order: Sequence[str], placement: Mapping[str, str]) -> list[Step]:
