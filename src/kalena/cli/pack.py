@@ -38,14 +38,13 @@ EXIT_PENDING = 1
 SHOWN_NOTES = 20
 
 
-def _mean_used(result: PackResult, cluster: Cluster, d: int) -> float | None:
-    """Mean over the active nodes (those holding a pod) of requested / capacity on dimension ``d``
-    (Kuberina's figure); None where no active node has a finite capacity there (JSON has no NaN)."""
-    cap = cluster.capacity_matrix()[:, d]
-    used_names = set(result.placement.values())
-    holds = np.array([n.name in used_names for n in cluster.nodes], dtype=bool)
-    active = holds & np.isfinite(cap) & (cap > 0)
-    return round(float((result.load[active, d] / cap[active]).mean()), 4) if active.any() else None
+def _mean_used(result: PackResult, cap: np.ndarray, holds: np.ndarray, d: int) -> float | None:
+    """Mean over the active nodes (``holds``: those holding a pod) of requested / capacity on
+    dimension ``d`` (Kuberina's figure); None where no active node has a finite capacity there
+    (JSON has no NaN)."""
+    c = cap[:, d]
+    active = holds & np.isfinite(c) & (c > 0)
+    return round(float((result.load[active, d] / c[active]).mean()), 4) if active.any() else None
 
 
 def summary(
@@ -53,14 +52,17 @@ def summary(
 ) -> dict[str, object]:
     """The figures a person (or ``--json``) reads; from Kubernetes manifests also the soft rules
     the packer does not weigh, by kind, and the nodes whose DaemonSets ask more than they have."""
+    used_names = set(result.placement.values())
+    holds = np.array([n.name in used_names for n in cluster.nodes], dtype=bool)
+    cap = cluster.capacity_matrix()
     out: dict[str, object] = {
         "workloads": len(cluster.workloads),
         "placed": len(result.placement),
         "pending": [{"workload": w, "reason": why} for w, why in result.pending],
         "nodes": len(cluster.nodes),
         "active_nodes": result.active_nodes,
-        "mean_cpu_on_active_nodes": _mean_used(result, cluster, CPU),
-        "mean_ram_on_active_nodes": _mean_used(result, cluster, RAM),
+        "mean_cpu_on_active_nodes": _mean_used(result, cap, holds, CPU),
+        "mean_ram_on_active_nodes": _mean_used(result, cap, holds, RAM),
         "soft_rules_broken": len(notes),
     }
     if manifests is not None:
