@@ -247,6 +247,7 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
     signalled, possible = eviction_screen(view, acute, triggered)
     flagged = np.flatnonzero(possible)
     previous = None
+    view.group_rows(flagged)
     if len(flagged):  # the previous reservations of the flagged nodes' rows only (W, 8), NaN elsewhere
         on = np.concatenate([view.rows_of(k) for k in flagged.tolist()])
         seen = state.previous_of(view.slot[on], view.ids[on])
@@ -302,6 +303,7 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
     until = np.full(n, np.nan)
     escalations: dict[int, EscalationDecision] = {}
     gone = ~alive
+    view.group_rows(np.flatnonzero(escalate))
     for k in np.flatnonzero(escalate).tolist():
         rows = view.rows_of(k)
         rows = rows[alive[rows]]

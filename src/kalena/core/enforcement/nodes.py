@@ -85,6 +85,7 @@ class NodesView:
     node_limit: np.ndarray | None = None
     present: np.ndarray | None = None
     _cache: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
+    _grouped: dict[int, np.ndarray] = field(default_factory=dict, init=False, repr=False)  # group_rows
 
     @property
     def n_nodes(self) -> int:
@@ -202,19 +203,36 @@ class NodesView:
 
     def rows_of(self, n: int) -> np.ndarray:
         """Row indices of node ``n`` (present rows only), in view order."""
-
+        got = self._grouped.get(n)
+        if got is not None:
+            return got
         if "order" not in self._cache:
             rows = np.flatnonzero(self.live)
             self._cache["order"], self._cache["bounds"] = rows_by_node(rows, self.node[rows], self.n_nodes)
         o, bounds = self._cache["order"], self._cache["bounds"]
         return o[bounds[n] : bounds[n + 1]]
 
+    def group_rows(self, nodes: np.ndarray) -> None:
+        """Make :meth:`rows_of` ready for ``nodes`` (node indices) by grouping only their rows.
+
+        The round asks for the rows of a few screened nodes among thousands: picking those rows
+        out is one pass, where grouping every row is a sort of all of them.
+        """
+        nodes = np.asarray([k for k in np.asarray(nodes).tolist() if k not in self._grouped], dtype=np.int64)
+        if "order" in self._cache or not len(nodes):
+            return
+        rows = self._memo("live_rows", lambda: np.flatnonzero(self.live))
+        on = np.take(self.node, rows)
+        wanted = np.zeros(self.n_nodes, dtype=bool)
+        wanted[nodes] = True
+        pick = wanted[on]
+        grouped, bounds = rows_by_node(rows[pick], on[pick], self.n_nodes)
+        for k in nodes.tolist():
+            self._grouped[k] = grouped[bounds[k] : bounds[k + 1]]
+
     def conditions_of(self, n: int, acute: np.ndarray, triggered: np.ndarray) -> NodeConditions:
-        return NodeConditions(
-            triggered=triggered[n],
-            acute=acute[n],
-            psi_some=self.psi_some[n],
-            memory_events=int(self.memory_events[n]),
+        return NodeConditions.handed_over(
+            triggered[n], acute[n], self.psi_some[n], int(self.memory_events[n])
         )
 
     def snapshot(
@@ -233,7 +251,7 @@ class NodesView:
         """
         rows = self.rows_of(n) if rows is None else rows
         res = self.reservation if reservation is None else reservation
-        return NodeSnapshot(
+        return NodeSnapshot.handed_over(
             node=self.names[n],
             capacity=self.capacity[n],
             ids=tuple(np.asarray(self.ids, dtype=object)[rows].tolist()),

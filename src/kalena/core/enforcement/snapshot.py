@@ -95,6 +95,23 @@ class NodeConditions:
             )
 
     @classmethod
+    def handed_over(
+        cls, triggered: np.ndarray, acute: np.ndarray, psi_some: np.ndarray, memory_events: int
+    ) -> NodeConditions:
+        """Conditions from columns already checked as a whole (:meth:`NodesView.check`): copied and
+        sealed, not checked again (the round builds one per screened node every tick)."""
+        c = object.__new__(cls)
+        for name, a in (
+            ("triggered", triggered),
+            ("acute", acute),
+            ("psi_some", psi_some),
+            ("psi_full", np.full(NDIM, np.nan)),
+        ):
+            object.__setattr__(c, name, _frozen(a))
+        object.__setattr__(c, "memory_events", memory_events)
+        return c
+
+    @classmethod
     def of(
         cls,
         *,
@@ -206,6 +223,47 @@ class NodeSnapshot:
         eff = np.where(np.isnan(self.usage), self.reservation, np.fmax(self.reservation, self.usage))
         object.__setattr__(self, "_effective", _frozen(eff))
 
+    @classmethod
+    def handed_over(
+        cls,
+        *,
+        node: str,
+        capacity: np.ndarray,
+        ids: tuple[str, ...],
+        equivalence_keys: tuple[str, ...],
+        conditions: NodeConditions,
+        epoch: int,
+        previous_reservation: np.ndarray | None,
+        **rows: np.ndarray,
+    ) -> NodeSnapshot:
+        """A snapshot of one node's rows of columns already checked as a whole (:meth:`NodesView.check`).
+
+        ``rows`` are the row fields (``is_batch`` .. ``slack_cpu``), each a fresh array of its
+        field's dtype and shape that nobody else holds (a fancy-indexed gather): they are sealed
+        read-only, not copied or checked again. The round builds one snapshot per screened node
+        every tick; checking each again cost as much as planning it. Equal, field for field, to
+        the checked constructor on the same values (a property test holds the two together).
+        """
+        s = object.__new__(cls)
+        object.__setattr__(s, "node", node)
+        object.__setattr__(s, "capacity", _frozen(capacity))
+        object.__setattr__(s, "ids", ids)
+        object.__setattr__(s, "equivalence_keys", equivalence_keys)
+        object.__setattr__(s, "conditions", conditions)
+        object.__setattr__(s, "epoch", epoch)
+        if previous_reservation is not None:
+            previous_reservation.setflags(write=False)
+        object.__setattr__(s, "previous_reservation", previous_reservation)
+        for name in _ROW_FIELDS:
+            a = rows[name]
+            a.setflags(write=False)
+            object.__setattr__(s, name, a)
+        res, use = rows["reservation"], rows["usage"]
+        eff = np.where(np.isnan(use), res, np.fmax(res, use))
+        eff.setflags(write=False)
+        object.__setattr__(s, "_effective", eff)
+        return s
+
     # derived views ---------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.ids)
@@ -232,6 +290,20 @@ class NodeSnapshot:
 
     def index(self, workload: str) -> int:
         return self.ids.index(workload)
+
+
+#: The per-row array fields :meth:`NodeSnapshot.handed_over` takes as they are.
+_ROW_FIELDS = (
+    "is_batch",
+    "priority",
+    "is_daemonset",
+    "request",
+    "reservation",
+    "limit",
+    "usage",
+    "started_at",
+    "slack_cpu",
+)
 
 
 def _row(value: Resources | Mapping[str, SupportsFloat | str] | None, default: float) -> np.ndarray:
