@@ -43,6 +43,7 @@ def node_view(view: NodesView, k: int) -> NodesView:
         memory_events=view.memory_events[k : k + 1],
         node_used=node_col(view.node_used),
         node_limit=node_col(view.node_limit),
+        serial=None if view.serial is None else view.serial[rows],
     )
 
 

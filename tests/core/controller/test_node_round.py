@@ -3,6 +3,7 @@ escalation and its epochs, the state carried between rounds."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -144,6 +145,16 @@ def test_round_state_survives_json(view: NodesView):
         state = node_round(view, state, CFG, 5.0 * r).state
     back = RoundState.from_json(json.loads(json.dumps(state.to_json())))
     assert back.equals(state)
+    # with serials (the simulator's views): kept by serial, not by id, and back the same
+    counted = dataclasses.replace(view, serial=np.where(view.live, np.arange(len(view)) * 3 + 1, -1))
+    state = RoundState.initial(view.n_nodes)
+    for r in range(3):
+        state = node_round(counted, state, CFG, 5.0 * r).state
+    data = json.loads(json.dumps(state.to_json()))
+    assert "previous" not in data and len(data["previous_by_serial"]) == int(view.live.sum())
+    back = RoundState.from_json(data)
+    assert back.equals(state) and back.previous_ids is None
+    assert not back.equals(RoundState.from_json({**data, "previous_by_serial": []})) or not view.live.any()
 
 
 BAD_STATE = [
@@ -153,6 +164,10 @@ BAD_STATE = [
     ("rounds-negative", {"rounds": [-1]}, "rounds"),
     ("dims-not-names", {"dims": [["cpux"]]}, "dims"),
     ("lengths-differ", {"first": [1.0, 2.0]}, "first"),
+    ("serial-entry-short", {"previous_by_serial": [[1, 2]]}, r"previous_by_serial\[0\]"),
+    ("serial-negative", {"previous_by_serial": [[-1, 0, [0.0] * 8]]}, "serial"),
+    ("serial-twice", {"previous_by_serial": [[1, 0, [0.0] * 8], [1, 1, [0.0] * 8]]}, "one serial twice"),
+    ("serial-and-ids", {"previous_by_serial": [], "previous": {}, "previous_slots": {}}, "replaces"),
 ]
 
 

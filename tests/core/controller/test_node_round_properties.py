@@ -6,6 +6,7 @@ and the one-node wrappers (``plan_throttle``, ``plan_anti_starvation``) are the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -62,6 +63,7 @@ def _evolve(view: NodesView, decision: RoundDecision, t: float) -> NodesView:
         psi_some=view.psi_some,
         memory_events=view.memory_events,
         present=None if view.present is None else view.present[keep],
+        serial=None if view.serial is None else rows(view.serial),
     )
 
 
@@ -129,6 +131,30 @@ def test_vectorised_round_equals_one_node_rounds(view: NodesView, rounds: int) -
             parts[k] = dk.state
         whole = d.state
         view = _evolve(view, d, now)
+
+
+@settings(max_examples=100, deadline=None)
+@given(nodes_views(), st.integers(2, 4), st.data())
+def test_serials_recognise_the_rows_the_ids_do(view: NodesView, rounds: int, data: st.DataObject) -> None:
+    """A view with serials (the simulator's) decides what the same view without them decides, a
+    workload that takes over a slot included: the state carries serials instead of every id."""
+    w = len(view)
+    counted = dataclasses.replace(view, serial=np.where(view.live, np.arange(w) + 10, -1)).check()
+    by_id, by_serial = RoundState.initial(view.n_nodes), RoundState.initial(view.n_nodes)
+    fresh = 10 + w
+    for r in range(rounds):
+        now = 100.0 + 20.0 * r
+        a, b = node_round(view, by_id, CFG, now), node_round(counted, by_serial, CFG, now)
+        assert repr(a.actions) == repr(b.actions), f"round {r}"
+        assert b.state.previous_ids is None and b.state.previous_serials is not None
+        view, counted = _evolve(view, a, now), _evolve(counted, b, now)
+        live = np.flatnonzero(view.live)
+        if len(live) and data.draw(st.booleans()):  # a new workload in a slot the last one left
+            i = int(live[data.draw(st.integers(0, len(live) - 1))])
+            view.ids[i] = counted.ids[i] = f"new{r}"
+            counted.serial[i] = fresh
+            fresh += 1
+        by_id, by_serial = a.state, b.state
 
 
 @settings(max_examples=100, deadline=None)

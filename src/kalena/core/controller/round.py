@@ -250,7 +250,8 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
     view.group_rows(flagged)
     if len(flagged):  # the previous reservations of the flagged nodes' rows only (W, 8), NaN elsewhere
         on = np.concatenate([view.rows_of(k) for k in flagged.tolist()])
-        seen = state.previous_of(view.slot[on], view.ids[on])
+        serial = None if view.serial is None else view.serial[on]
+        seen = state.previous_of(view.slot[on], view.ids[on], serial)
         if seen is not None:
             previous = np.full((w, NDIM), np.nan)
             previous[on] = seen
@@ -331,12 +332,15 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
 def _next_state(view: NodesView, allowance: np.ndarray, runs: EscalationRuns) -> RoundState:
     """What the next round needs; the row columns are copied (a view may alias the ledger's arrays).
 
-    Free slots are kept too: their id is empty, which no workload has, so they never match.
+    Free slots are kept too: their id is empty (their serial -1), which no workload has, so they
+    never match. With serials, the ids are not kept: copying an object array of every workload id
+    (and freeing the last round's) cost more than the rest of the state.
     """
     return RoundState(
         np.asarray(allowance, dtype=np.float64),
         runs,
         np.array(view.slot, dtype=np.int64),
-        np.array(view.ids, dtype=object),
+        np.array(view.ids, dtype=object) if view.serial is None else None,
         np.array(view.reservation, dtype=np.float64),
+        None if view.serial is None else np.array(view.serial, dtype=np.int64),
     )

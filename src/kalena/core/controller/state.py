@@ -1,10 +1,11 @@
 """What one node round hands the next: the only state the controller keeps, as plain arrays.
 
 Per node: the batch cpu allowance (the throttle's ``A_prev``) and the escalation runs. Per
-workload (by the shell's stable ``slot``, checked against the workload id): the reservation the
-previous round saw, so that a "why evicted" record names the workload whose reservation rose
-since then. A shell stores it between rounds (the agent in its crash-safe state file, through
-:meth:`RoundState.to_json`) and passes it back unchanged.
+workload (by the shell's stable ``slot``, checked against the workload id, or against the view's
+``serial`` where the shell gives one): the reservation the previous round saw, so that a "why
+evicted" record names the workload whose reservation rose since then (a workload placed again
+counts as a newcomer where serials are given). A shell stores it between rounds (the agent in its
+crash-safe state file, through :meth:`RoundState.to_json`) and passes it back unchanged.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ class RoundState:
 
     allowance: np.ndarray
     runs: EscalationRuns
-    # the previous round's rows: their slots (P,), workload ids (P,) and reservations (P, 8)
+    # the previous round's rows: their slots (P,), workload ids (P,) and reservations (P, 8); from
+    # a view with serials, the serials (P,) (-1: a free slot) stand where the ids would
     previous_slots: np.ndarray | None = None
     previous_ids: np.ndarray | None = None
     previous_reservation: np.ndarray | None = None
+    previous_serials: np.ndarray | None = None
 
     @classmethod
     def initial(cls, n_nodes: int) -> RoundState:
@@ -55,9 +58,18 @@ class RoundState:
     def n_nodes(self) -> int:
         return len(self.allowance)
 
-    def previous_of(self, slots: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
-        """The previous round's reservations of these rows (NaN: not seen there), or None."""
-        if self.previous_slots is None or self.previous_ids is None or self.previous_reservation is None:
+    def previous_of(
+        self, slots: np.ndarray, ids: np.ndarray, serials: np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """The previous round's reservations of these rows (NaN: not seen there), or None.
+
+        A row is the one seen before if its slot held the same workload: the same serial where
+        both rounds have serials, else the same id."""
+        if self.previous_serials is not None:
+            before, now = self.previous_serials, serials
+        else:
+            before, now = self.previous_ids, ids
+        if self.previous_slots is None or before is None or now is None or self.previous_reservation is None:
             return None
         out = np.full((len(slots), NDIM), np.nan)
         top = max(int(self.previous_slots.max(initial=-1)), int(np.max(slots, initial=-1))) + 1
@@ -65,7 +77,7 @@ class RoundState:
         where[self.previous_slots] = np.arange(len(self.previous_slots))
         k = where[slots]
         seen = np.flatnonzero(k >= 0)
-        hit = seen[self.previous_ids[k[seen]] == np.asarray(ids, dtype=object)[seen]]
+        hit = seen[before[k[seen]] == np.asarray(now, dtype=before.dtype)[seen]]
         out[hit] = self.previous_reservation[k[hit]]
         return out
 
@@ -89,17 +101,18 @@ class RoundState:
             and self._seen() == other._seen()
         )
 
-    def _seen(self) -> dict[str, tuple[int, tuple[float | str, ...]]] | None:
-        """The previous round's workloads: id -> (slot, reservation); free slots left out."""
-        if self.previous_ids is None or self.previous_slots is None or self.previous_reservation is None:
+    def _seen(self) -> dict[str | int, tuple[int, tuple[float | str, ...]]] | None:
+        """The previous round's workloads: id (or serial) -> (slot, reservation); free slots left out."""
+        keys = self.previous_ids if self.previous_serials is None else self.previous_serials
+        if keys is None or self.previous_slots is None or self.previous_reservation is None:
             return None
         return {
-            str(w): (
+            (str(w) if self.previous_serials is None else int(w)): (
                 int(self.previous_slots[i]),
                 tuple(_num(x) for x in self.previous_reservation[i].tolist()),
             )
-            for i, w in enumerate(self.previous_ids.tolist())
-            if w
+            for i, w in enumerate(keys.tolist())
+            if (w if self.previous_serials is None else w >= 0)
         }
 
     # JSON -------------------------------------------------------------------------------------------
@@ -127,6 +140,9 @@ class RoundState:
             rows = self.previous_reservation[keep].tolist()
             out["previous"] = {w: [_num(x) for x in row] for w, row in zip(ids, rows, strict=True)}
             out["previous_slots"] = {w: int(self.previous_slots[i]) for w, i in zip(ids, keep, strict=True)}
+        seen = self._seen() if self.previous_serials is not None else None
+        if seen is not None:  # [serial, slot, reservation] per workload
+            out["previous_by_serial"] = [[k, slot, list(row)] for k, (slot, row) in seen.items()]
         return out
 
     @classmethod
@@ -137,7 +153,7 @@ class RoundState:
         if data.get("version") != STATE_VERSION:
             raise ValueError(f"round state version: must be {STATE_VERSION}, got {data.get('version')!r}")
         known = {"version", "allowance", "open_time", "open_dims", "rounds", "first", "last", "dims"}
-        extra = set(data) - known - {"previous", "previous_slots"}
+        extra = set(data) - known - {"previous", "previous_slots", "previous_by_serial"}
         if extra:
             raise ValueError(f"round state {sorted(extra)[0]}: unknown key")
 
@@ -179,6 +195,10 @@ class RoundState:
             masks("dims", n),
         )
         prev, where = data.get("previous"), data.get("previous_slots")
+        if "previous_by_serial" in data:
+            if prev is not None or where is not None:
+                raise ValueError("round state previous_by_serial: given with previous, which it replaces")
+            return cls(allowance, runs, *_by_serial(data["previous_by_serial"]))
         if prev is None and where is None:
             return cls(allowance, runs)
         if not isinstance(prev, Mapping) or not isinstance(where, Mapping) or set(prev) != set(where):
@@ -200,3 +220,27 @@ class RoundState:
         if len(set(slots.tolist())) != len(ids):
             raise ValueError("round state previous_slots: two workloads in one slot")
         return cls(allowance, runs, slots, np.array(ids, dtype=object).reshape(-1), res)
+
+
+def _by_serial(entries: object) -> tuple[np.ndarray, None, np.ndarray, np.ndarray]:
+    """``previous_by_serial`` ([serial, slot, reservation] each) as the state's columns."""
+    if not isinstance(entries, list):
+        raise ValueError("round state previous_by_serial: must be a list of [serial, slot, reservation]")
+    slots = np.zeros(len(entries), dtype=np.int64)
+    serials = np.zeros(len(entries), dtype=np.int64)
+    res = np.full((len(entries), NDIM), np.nan)
+    for k, e in enumerate(entries):
+        key = f"previous_by_serial[{k}]"
+        if not isinstance(e, list) or len(e) != 3:
+            raise ValueError(f"round state {key}: must be [serial, slot, reservation]")
+        for j, what in ((0, "serial"), (1, "slot")):
+            v = e[j]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"round state {key}: the {what} must be a non-negative integer, got {v!r}")
+        if not isinstance(e[2], list) or len(e[2]) != NDIM:
+            raise ValueError(f"round state {key}: the reservation must list {NDIM} numbers")
+        serials[k], slots[k] = e[0], e[1]
+        res[k] = [_unnum(x, key) for x in e[2]]
+    if len(set(slots.tolist())) != len(entries) or len(set(serials.tolist())) != len(entries):
+        raise ValueError("round state previous_by_serial: two workloads in one slot, or one serial twice")
+    return slots, None, res, serials

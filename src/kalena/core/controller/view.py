@@ -126,4 +126,5 @@ def view_from_ledger(
         node_used=signals.node_used,
         node_limit=signals.node_limit,
         present=present,
+        serial=col(rs.serial),
     )

@@ -55,6 +55,10 @@ class NodesView:
     store with holes (the ledger's free list) passes every slot and this mask instead of gathering
     the live rows; an absent row (any node index, NaN usage) is ignored by every policy.
 
+    ``serial`` (W,), optional: a number the shell never gives two workloads (the ledger's row
+    serial). With it, the round recognises a row it saw before by this number, instead of keeping
+    a copy of every workload id from one round to the next.
+
     Arrays are taken as given (no copies: the simulator builds one per tick); :meth:`check`
     validates shapes and values and the tests call it. Treat the arrays as read-only.
     """
@@ -84,6 +88,7 @@ class NodesView:
     node_used: np.ndarray | None = None
     node_limit: np.ndarray | None = None
     present: np.ndarray | None = None
+    serial: np.ndarray | None = None
     _cache: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False)
     _grouped: dict[int, np.ndarray] = field(default_factory=dict, init=False, repr=False)  # group_rows
 
@@ -113,6 +118,10 @@ class NodesView:
             _col(getattr(self, name), bool, (w,), name)
         if self.present is not None:
             _col(self.present, bool, (w,), "present")
+        if self.serial is not None:
+            serial = _col(self.serial, np.int64, (w,), "serial")[here]
+            if np.any(serial < 0) or len(np.unique(serial)) != len(serial):
+                raise ValueError("NodesView.serial must be distinct non-negative numbers")
         _col(self.priority, np.int64, (w,), "priority")
         _col(self.slot, np.int64, (w,), "slot")
         for name in ("request", "reservation", "limit", "usage"):

@@ -4,7 +4,8 @@ One row per workload resident in the ledger. Row ``i`` holds the node index, the
 reservation (8-vectors), the tier and a version (the global epoch of the row's last change).
 A removed row goes on a free list and is reused by the next add; the arrays double in size when
 full, so 100,000 workloads with frequent placements and removals cost amortised O(1) per change.
-Row numbers are therefore *not* stable identities: the ledger maps workload ids to rows.
+Row numbers are therefore *not* stable identities: the ledger maps workload ids to rows. A
+row's ``serial`` is: a number given to one workload when it is stored, never given again.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class RowStore:
 
     __slots__ = (
         "_free",
+        "_next_serial",
         "alive",
         "high",
         "ids",
@@ -34,6 +36,7 @@ class RowStore:
         "priority",
         "request",
         "reservation",
+        "serial",
         "slack_cpu",
         "specs",
         "version",
@@ -48,6 +51,9 @@ class RowStore:
         self.is_batch = np.zeros(initial, dtype=bool)
         self.alive = np.zeros(initial, dtype=bool)
         self.version = np.zeros(initial, dtype=np.int64)
+        # a number no other workload ever gets (-1: free): a row's identity across reuse, as an int
+        self.serial = np.full(initial, -1, dtype=np.int64)
+        self._next_serial = 0
         self.specs: list[WorkloadSpec | None] = [None] * initial
         # the spec fields every node round reads, as columns (no per-row attribute access per round)
         self.ids = np.full(initial, "", dtype=object)
@@ -71,6 +77,7 @@ class RowStore:
         self.is_batch = np.concatenate([self.is_batch, np.zeros(old, dtype=bool)])
         self.alive = np.concatenate([self.alive, np.zeros(old, dtype=bool)])
         self.version = np.concatenate([self.version, np.zeros(old, dtype=np.int64)])
+        self.serial = np.concatenate([self.serial, np.full(old, -1, dtype=np.int64)])
         self.specs.extend([None] * (new - old))
         self.ids = np.concatenate([self.ids, np.full(old, "", dtype=object)])
         self.keys = np.concatenate([self.keys, np.full(old, "", dtype=object)])
@@ -96,6 +103,8 @@ class RowStore:
             row = self.high
             self.high += 1
         self._fill(row, node, request, reservation, is_batch, version)
+        self.serial[row] = self._next_serial
+        self._next_serial += 1
         self.specs[row] = spec
         self.ids[row] = spec.id
         self.keys[row] = spec.equivalence_key
@@ -125,6 +134,8 @@ class RowStore:
         )
         self.high += fresh
         self._fill(rows, node, request, reservation, is_batch, version)
+        self.serial[rows] = np.arange(self._next_serial, self._next_serial + k)
+        self._next_serial += k
         for row, spec in zip(rows.tolist(), specs, strict=True):
             self.specs[row] = spec
         self.ids[rows] = [w.id for w in specs]
@@ -159,6 +170,7 @@ class RowStore:
         self.request[row] = 0.0
         self.reservation[row] = 0.0
         self.is_batch[row] = False
+        self.serial[row] = -1
         self.specs[row] = None
         self.ids[row] = ""
         self.keys[row] = ""
