@@ -139,17 +139,26 @@ class _Pass:
         if self.k is None or not len(order):
             self.examined += len(order)
             return feasible(checks, order)
-        start = int(self.rng.integers(len(order)))
-        rolled = np.concatenate((order[start:], order[:start]))
+        n = len(order)
+        start = int(self.rng.integers(n))
         found: list[np.ndarray] = []
         got = pos = 0
-        while pos < len(rolled) and got < self.k:
-            part = feasible(checks, rolled[pos : pos + self.chunk])
+        while pos < n and got < self.k:
+            # chunk [pos, pos + chunk) of ``order`` rotated to begin at ``start``, cut from order
+            # itself (rotating the whole of it for every pod copied thousands of nodes to read ~100)
+            lo, hi = start + pos, start + min(pos + self.chunk, n)
+            if hi <= n:
+                chunk = order[lo:hi]
+            elif lo >= n:
+                chunk = order[lo - n : hi - n]
+            else:
+                chunk = np.concatenate((order[lo:], order[: hi - n]))
+            part = feasible(checks, chunk)
             pos += self.chunk
             found.append(part)
             got += len(part)
-        self.examined += min(pos, len(rolled))
-        return np.concatenate(found)[: self.k]
+        self.examined += min(pos, n)
+        return found[0][: self.k] if len(found) == 1 else np.concatenate(found)[: self.k]
 
     def class_for(self, pod: WorkloadSpec) -> _Class:
         cls = self.classes.get(pod.equivalence_key)
