@@ -153,3 +153,35 @@ def test_the_simulator_runs_the_one_policy_it_is_given():
     assert cfg.estimator == "peak" and cfg.policy is policy
     with pytest.raises(ValueError, match="policy"):
         SimConfig(policy={"estimator": "peak"})  # type: ignore[arg-type]
+
+
+def test_drawing_production_ahead_changes_nothing_where_services_restart(cluster, monkeypatch):
+    """``run`` draws production's next step on a second thread and rewinds it when a service
+    restarts; stepping by hand draws each step in its turn. The two runs are the same."""
+    from kalena.sim import engine
+    from kalena.sim.production import Lookahead
+
+    rewound = []
+
+    class Counting(Lookahead):
+        def restart(self, pods):  # type: ignore[no-untyped-def]
+            rewound.append(self._pending is not None)
+            super().restart(pods)
+
+    monkeypatch.setattr(engine, "LOOKAHEAD_MIN_PODS", 0)  # this small cluster draws ahead too
+    monkeypatch.setattr(engine, "Lookahead", Counting)
+    cfg = _tight_memory_config(production_ram_limit_ratio=1.0)
+    ahead = Simulation(cluster, cfg)
+    ahead.run()
+    assert ahead._lookahead is None  # closed with the run
+    assert any(rewound)  # a step drawn ahead was undone for a restart
+    by_hand = Simulation(cluster, cfg)
+    by_hand.prewarm()
+    for k in range(1, cfg.ticks + 1):
+        by_hand.step(k)
+    a, b = build_report(ahead), build_report(by_hand)
+    assert a["production_evictions"] + a["production_oom_kills"] > 0  # restarts did happen
+    assert _strip(a) == _strip(b)
+    for name in ("x", "y", "bursting"):  # production ends where a run without the thread leaves it
+        assert np.array_equal(getattr(ahead.prod, name), getattr(by_hand.prod, name))
+    assert ahead.prod.rng.bit_generator.state == by_hand.prod.rng.bit_generator.state

@@ -89,3 +89,34 @@ def test_a_request_correlation_that_breaks_the_copula_is_refused():
     p = default_production()
     with pytest.raises(ValueError, match="request_corr"):
         dataclasses.replace(p, request_corr=np.array([0.99, -0.99, 0.0, 0.0]))
+
+
+def test_drawing_ahead_on_a_thread_gives_the_same_steps_restarts_and_end():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kalena.sim.production import Lookahead
+
+    def make() -> ProductionUsage:
+        u = ProductionUsage(
+            _requests(300), default_production(), np.random.default_rng(5), np.random.default_rng(6)
+        )
+        u.burst_rate[:] = 30.0  # bursts begin often: their onsets are compared too
+        return u
+
+    plain = make()
+    with ThreadPoolExecutor(1) as pool:
+        ahead = Lookahead(make(), pool)
+        for k in range(1, 40):
+            t = 10.0 * k
+            got, started = ahead.step(t, 10.0)
+            want = plain.step(t, 10.0)
+            assert np.array_equal(got, want) and np.array_equal(started, plain.burst_started), k
+            if k % 7 == 0:  # a service restarts between two steps
+                ahead.restart(np.array([k, k + 1]))
+                plain.restart(np.array([k, k + 1]))
+        got, _ = ahead.step(1000.0, 10.0)  # not the step drawn ahead (t=400): drawn afresh
+        assert np.array_equal(got, plain.step(1000.0, 10.0))
+        ahead.close()  # the step drawn ahead for t=1010 is undone
+    for name in ("x", "y", "bursting"):
+        assert np.array_equal(getattr(ahead.usage, name), getattr(plain, name))
+    assert ahead.usage.rng.bit_generator.state == plain.rng.bit_generator.state

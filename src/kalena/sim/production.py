@@ -26,6 +26,8 @@ runs that share a seed see identical production usage whatever else differs betw
 from __future__ import annotations
 
 import math
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -122,6 +124,16 @@ class ProductionUsage:
         self.y[pods] = 0.0
         self.bursting[pods] = False
 
+    def mark(self) -> _Mark:
+        """The process's state now, for :meth:`rewind` (a step replaces these arrays, never writes
+        into them, so keeping them is enough; the generator's state is copied)."""
+        return _Mark(self.rng.bit_generator.state, self.x, self.y, self.bursting, self.burst_started)
+
+    def rewind(self, mark: _Mark) -> None:
+        """Back to ``mark``, as if the steps since were never drawn."""
+        self.rng.bit_generator.state = mark.rng
+        self.x, self.y, self.bursting, self.burst_started = mark.x, mark.y, mark.bursting, mark.burst_started
+
     def _constants(self, dt: float) -> tuple[float, float, float, float, np.ndarray, float]:
         """Per-step constants for a step of ``dt`` (cached: the step is almost always the same)."""
         if self._dt != dt:
@@ -160,3 +172,59 @@ class ProductionUsage:
         factor[:, _CPU_LIKE] = cpu_f[:, None]
         factor[:, _RAM_LIKE] = ram_f[:, None]
         return self.requests * factor
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    rng: dict
+    x: np.ndarray
+    y: np.ndarray
+    bursting: np.ndarray
+    burst_started: np.ndarray
+
+
+class Lookahead:
+    """Production's next step drawn on a second thread while the simulator works on this one.
+
+    Production's usage is a process of its own except where a pod restarts (an eviction or an OOM
+    kill of a service), so the step for ``t + dt`` can be drawn as soon as the step for ``t`` is
+    handed out; NumPy lets go of the GIL inside the draws and the array arithmetic, so the other
+    core does it. A restart waits for that step, rewinds it and restarts the pods: the next step is
+    then drawn after the restart, as without the thread. :meth:`close` rewinds a step drawn that
+    nobody took, so the process ends where a run without the thread leaves it. The same draws in
+    the same order: the run is bit for bit the one without it.
+    """
+
+    def __init__(self, usage: ProductionUsage, pool: Executor) -> None:
+        self.usage, self.pool = usage, pool
+        self._pending: tuple[float, float, _Mark, Future[tuple[np.ndarray, np.ndarray]]] | None = None
+
+    def _draw(self, t: float, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        u = self.usage.step(t, dt)
+        return u, self.usage.burst_started
+
+    def step(self, t: float, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """Usage at ``t`` and the pods whose burst began with it; the next step is then begun."""
+        got = self._pending
+        if got is not None and got[0] == t and got[1] == dt:
+            self._pending = None
+            out = got[3].result()
+        else:
+            self._drop()
+            out = self._draw(t, dt)
+        self._pending = (t + dt, dt, self.usage.mark(), self.pool.submit(self._draw, t + dt, dt))
+        return out
+
+    def restart(self, pods: np.ndarray) -> None:
+        self._drop()
+        self.usage.restart(pods)
+
+    def close(self) -> None:
+        self._drop()
+
+    def _drop(self) -> None:
+        """Wait for the step drawn ahead, if any, and undo it."""
+        got, self._pending = self._pending, None
+        if got is not None:
+            got[3].result()  # (an error in the draw is raised here, not lost)
+            self.usage.rewind(got[2])
