@@ -516,7 +516,7 @@ class Simulation:
                 self._evict(v, act.node, act.first_epoch + i, now)
             if act.escalation is not None and act.escalation.slack_ineligible_until is not None:
                 self.shell.keeper.ineligible(act.node, act.escalation.slack_ineligible_until)
-        if d.actions:
+        if any(act.victims for act in d.actions):  # (a plan with pressure and no victim moves nothing)
             self._rows_changed()
         # the next tick's cpu knobs: batch quotas, service caps (the floors are inside the quotas)
         rows = view.slot
