@@ -150,3 +150,14 @@ def test_merged_tails_stay_close_to_the_raw_ones_on_lognormal_usage() -> None:
         errors.append(np.abs(h.knots[:, [5, 6], 0] / raw - 1))
     p95, p99 = np.median(np.array(errors), axis=(0, 1))
     assert p95 < 0.04 and p99 < 0.07, (p95, p99)
+
+
+def test_a_subnormal_beside_zero_keeps_the_merged_minimum_and_order() -> None:
+    """Scaled to the group's range, 5e-324 and 0 are both 0: the merge still takes 0 as the
+    minimum and keeps the knots in order (hypothesis found this one)."""
+    group = np.zeros(6, dtype=np.int64)
+    t = np.array([10.0, 20.0, 400.0, 410.0, 900.0, 910.0])
+    v = np.array([[5e-324], [5e-324], [0.0], [0.0], [1e4], [3e3]])
+    h = merge(summarise(group, t, v, 300.0), 3600.0)
+    assert h.knots[0, 0, 0] == 0.0 and h.knots[0, -1, 0] == 1e4
+    assert np.all(np.diff(h.knots[0, :, 0]) >= 0)

@@ -138,7 +138,9 @@ def mixture_quantiles(
         ev_xo = np.concatenate([x[:, :-1][keep], x[:, 1:][keep & ~point]])  # unscaled: answers exact
         ev_ds = np.concatenate([slope[keep], -slope[keep & ~point]])
         ev_jump = np.concatenate([np.where(point, m, 0.0)[keep], np.zeros(int((keep & ~point).sum()))])
-        order = np.lexsort((ev_x, ev_g))
+        # ties in the scaled position broken by the value itself: a subnormal next to 0 scales to
+        # 0 too, and the mixture's minimum must stay the smaller of the two
+        order = np.lexsort((ev_xo, ev_x, ev_g))
         ev_g, ev_x, ev_xo = ev_g[order], ev_x[order], ev_xo[order]
         ev_ds, ev_jump = ev_ds[order], ev_jump[order]
         if len(ev_g) == 0:
