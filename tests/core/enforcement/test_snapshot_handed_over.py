@@ -12,22 +12,9 @@ from kalena.core.enforcement.nodes import NodesView
 from kalena.core.enforcement.snapshot import NodeConditions, NodeSnapshot
 from kalena.testing.controller import nodes_views
 
+#: every field but the conditions (compared on their own), and the derived r'
 FIELDS = (
-    "node",
-    "capacity",
-    "ids",
-    "is_batch",
-    "priority",
-    "is_daemonset",
-    "request",
-    "reservation",
-    "limit",
-    "usage",
-    "started_at",
-    "slack_cpu",
-    "equivalence_keys",
-    "previous_reservation",
-    "epoch",
+    *(f for f in NodeSnapshot.__dataclass_fields__ if not f.startswith("_") and f != "conditions"),
     "effective_reservation",
 )
 
