@@ -175,6 +175,16 @@ class ProductionUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class _Ahead:
+    """A step being drawn ahead: for ``t`` after a step of ``dt``, from the state ``before``."""
+
+    t: float
+    dt: float
+    before: _Mark
+    drawn: Future[tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True, slots=True)
 class _Mark:
     rng: dict
     x: np.ndarray
@@ -197,7 +207,7 @@ class Lookahead:
 
     def __init__(self, usage: ProductionUsage, pool: Executor) -> None:
         self.usage, self.pool = usage, pool
-        self._pending: tuple[float, float, _Mark, Future[tuple[np.ndarray, np.ndarray]]] | None = None
+        self._pending: _Ahead | None = None
 
     def _draw(self, t: float, dt: float) -> tuple[np.ndarray, np.ndarray]:
         u = self.usage.step(t, dt)
@@ -206,13 +216,13 @@ class Lookahead:
     def step(self, t: float, dt: float) -> tuple[np.ndarray, np.ndarray]:
         """Usage at ``t`` and the pods whose burst began with it; the next step is then begun."""
         got = self._pending
-        if got is not None and got[0] == t and got[1] == dt:
+        if got is not None and got.t == t and got.dt == dt:
             self._pending = None
-            out = got[3].result()
+            out = got.drawn.result()
         else:
             self._drop()
             out = self._draw(t, dt)
-        self._pending = (t + dt, dt, self.usage.mark(), self.pool.submit(self._draw, t + dt, dt))
+        self._pending = _Ahead(t + dt, dt, self.usage.mark(), self.pool.submit(self._draw, t + dt, dt))
         return out
 
     def restart(self, pods: np.ndarray) -> None:
@@ -226,5 +236,5 @@ class Lookahead:
         """Wait for the step drawn ahead, if any, and undo it."""
         got, self._pending = self._pending, None
         if got is not None:
-            got[3].result()  # (an error in the draw is raised here, not lost)
-            self.usage.rewind(got[2])
+            got.drawn.result()  # (an error in the draw is raised here, not lost)
+            self.usage.rewind(got.before)

@@ -304,8 +304,9 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
     until = np.full(n, np.nan)
     escalations: dict[int, EscalationDecision] = {}
     gone = ~alive
-    view.group_rows(np.flatnonzero(escalate))
-    for k in np.flatnonzero(escalate).tolist():
+    draining = np.flatnonzero(escalate)
+    view.group_rows(draining)
+    for k in draining.tolist():
         rows = view.rows_of(k)
         rows = rows[alive[rows]]
         snap = view.snapshot(k, rows, reservation=res)
