@@ -7,7 +7,7 @@ One tick (``dt`` = 10 s by default) at time ``t``, in order:
 2. usage: production from its profiles, batch from its demand; cpu contention shares each node
    (:mod:`kalena.sim.cpu`), records unmet production demand and throttled batch, advances batch work;
 3. completions: batch pods whose work is done leave (``RemoveBatch``);
-4. estimation: the estimator's in-place update on every row, committed as one ``ReservationUpdate``
+4. estimation: the estimator's in-place update on every row, committed as one ``ReservationRefresh``
    (skipped with reclamation off: every reservation stays at its request);
 5. the core's node round over every node at once (``kalena.core.controller.node_round``): its
    evictions and escalation drains committed as ``Eviction``s (batch requeued with its cooldown),
@@ -52,6 +52,7 @@ from kalena.core.ledger import (
     Ledger,
     RemovalCause,
     RemoveBatch,
+    ReservationRefresh,
     ReservationUpdate,
     restoration_violations,
     running_fit,
@@ -483,10 +484,9 @@ class Simulation:
     def _estimate(self, now: float, dt: float) -> None:
         r = self.estimator.update_in_place(self.est_state, self.table.usage, now, dt)
         led = self.ledger
-        rows = led.row_arrays().live_rows()
-        # the gathered rows are the update's own: handed over, not copied again
-        update = ReservationUpdate(rows, np.take(r, rows, axis=0), led.global_epoch, copy=False)
-        _accepted(led.apply(update))
+        # the estimator's rows are the ledger's: every live row at once, by row (its first
+        # ``high`` rows copied, as the estimator writes the array again)
+        _accepted(led.apply(ReservationRefresh(r[: led.row_arrays().high], led.global_epoch)))
 
     # 5-6 ------------------------------------------------------------------------------------------
     def _round(self, now: float) -> None:

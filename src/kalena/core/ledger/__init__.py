@@ -9,6 +9,7 @@ from kalena.core.ledger.commitments import (
     PlaceBatch,
     RemovalCause,
     RemoveBatch,
+    ReservationRefresh,
     ReservationUpdate,
 )
 from kalena.core.ledger.fit import (
@@ -33,6 +34,7 @@ __all__ = [
     "PlaceBatch",
     "RemovalCause",
     "RemoveBatch",
+    "ReservationRefresh",
     "ReservationUpdate",
     "RowView",
     "Sums",

@@ -8,7 +8,8 @@ For node ``n`` with capacity ``C_n`` (post-Phase-0), production set ``P_n`` and 
 
 Production rows are loaded once from the blueprint (rows ``0..P-1``) and never removed or
 re-requested; batch rows come and go through :class:`PlaceBatch`, :class:`RemoveBatch` and
-:class:`Eviction`; reservations move through one bulk :class:`ReservationUpdate`. Sums are kept
+:class:`Eviction`; reservations move through one bulk :class:`ReservationUpdate` (or
+:class:`ReservationRefresh`, every live row by row). Sums are kept
 incrementally and recomputed from scratch after every bulk update (which also resets float drift):
 one ``bincount`` over the flattened rows through a per-cell bin index that each add and drop keeps
 current (:func:`~kalena.core.ledger.blueprint.indexed_sum`, bitwise ``per_node_sum`` over the live
@@ -39,6 +40,7 @@ from kalena.core.ledger.commitments import (
     OverrideRecord,
     PlaceBatch,
     RemoveBatch,
+    ReservationRefresh,
     ReservationUpdate,
 )
 from kalena.core.ledger.fit import insufficient_resources, running_fit, tolerant_capacity
@@ -330,6 +332,8 @@ class Ledger:
                 return self._evict(commitment)
             case ReservationUpdate():
                 return self._update(commitment)
+            case ReservationRefresh():
+                return self._refresh(commitment)
         raise TypeError(f"not a commitment: {commitment!r}")
 
     def apply_all(self, commitments: Iterable[Commitment]) -> tuple[CommitResult, ...]:
@@ -343,7 +347,7 @@ class Ledger:
         results: list[CommitResult] = []
         failed: set[int] = set()
         for c in commitments:
-            node = None if isinstance(c, ReservationUpdate) else c.node
+            node = None if isinstance(c, ReservationUpdate | ReservationRefresh) else c.node
             if node is not None and node in failed:
                 results.append(
                     self._stale(c, "an earlier commitment of this decision on the node was rejected")
@@ -605,34 +609,74 @@ class Ledger:
         # np.take selects the same rows as fancy indexing, ~5x faster on (W, 8); the any over each
         # row's 8 comparisons is one word test (rows.any_per_row)
         neq = np.not_equal(new, np.take(rs.reservation, rows, axis=0), out=np.empty(new.shape, dtype=bool))
+        return self._write_reservations(c, rows, new, neq)
+
+    def _refresh(self, c: ReservationRefresh) -> CommitResult:
+        rs = self._rows
+        h = rs.high
+        if len(c.reservations) < h:
+            raise ValueError(
+                f"a reservation refresh must cover the {h} rows in use so far, got {len(c.reservations)}"
+            )
+        alive = rs.alive[:h]
+        if c.global_epoch != self._global_epoch:
+            moved = alive & (rs.version[:h] > c.global_epoch)
+            if moved.any():
+                detail = f"{int(moved.sum())} row(s) placed or changed since"
+                return self._stale(c, f"computed at epoch {c.global_epoch}: {detail}")
+        new = c.reservations[:h]
+        neq = np.not_equal(new, rs.reservation[:h], out=np.empty(new.shape, dtype=bool))
+        return self._write_reservations(c, None, new, neq, alive)
+
+    def _write_reservations(
+        self,
+        c: ReservationUpdate | ReservationRefresh,
+        rows: np.ndarray | None,
+        new: np.ndarray,
+        neq: np.ndarray,
+        alive: np.ndarray | None = None,
+    ) -> CommitResult:
+        """Write ``new`` to ``rows``; ``neq`` marks the cells that differ from the ledger's. With
+        ``rows`` None, ``new`` and ``neq`` are indexed by row and only the ``alive`` rows count."""
+        rs = self._rows
         # gpu: the ledger keeps every row's gpu reservation equal to its request (a row starts at
         # r = R, and each later write is this check or a reset to R), so only a changed gpu cell
         # can differ from the request; those are compared with it
-        gpu_moved = neq[:, GPU]
+        gpu_moved = neq[:, GPU] if alive is None else neq[:, GPU] & alive
         if gpu_moved.any():
             at = np.flatnonzero(gpu_moved)
-            bad_at = at[new[at, GPU] != rs.request[rows[at], GPU]]
+            row_at = at if rows is None else rows[at]
+            bad_at = np.flatnonzero(new[at, GPU] != rs.request[row_at, GPU])
             if len(bad_at):
-                bad = rs.specs[int(rows[bad_at[0]])]
+                bad = rs.specs[int(row_at[bad_at[0]])]
                 msg = f"gpu reservation must equal the request (non-reclaimable); {bad.id!r} differs"  # type: ignore[union-attr]
                 raise ValueError(msg)
         moved_rows = any_per_row(neq)
+        if alive is not None:  # (a row not in use is never read: masked per row, not per cell)
+            moved_rows &= alive
         if not moved_rows.any():
             return self._result(c, True)
-        moved_at = np.compress(moved_rows, rows)
+        moved_at = np.flatnonzero(moved_rows) if rows is None else np.compress(moved_rows, rows)
         touched = np.zeros(self.n_nodes, dtype=bool)  # the nodes of the moved rows (one scatter pass)
         touched[np.take(rs.node, moved_at)] = True
         self._bump(np.flatnonzero(touched))
-        dst, src = as_records(rs.reservation), as_records(new)
-        if dst is not None and src is not None:
-            np.put(dst, rows, src)  # whole rows bit for bit, as ``rs.reservation[rows] = new``
+        h = rs.high
+        # whole rows bit for bit, as ``rs.reservation[rows] = new`` (every live row for a refresh)
+        dst, src = as_records(rs.reservation[:h] if rows is None else rs.reservation), as_records(new)
+        if rows is None:
+            if dst is not None and src is not None:
+                np.copyto(dst, src, where=alive)
+            else:
+                np.copyto(rs.reservation[:h], new, where=alive[:, None])
+        elif dst is not None and src is not None:
+            np.put(dst, rows, src)
         else:
             rs.reservation[rows] = new
         rs.version[moved_at] = self._global_epoch
         # From scratch (it resets incremental float drift): one bincount over the flattened rows,
         # bitwise per_node_sum over the live rows (see indexed_sum).
-        bins = self._sum_bins[: rs.high].reshape(-1)
-        self._reservation_sum = indexed_sum(bins, rs.reservation[: rs.high], self.n_nodes)
+        bins = self._sum_bins[:h].reshape(-1)
+        self._reservation_sum = indexed_sum(bins, rs.reservation[:h], self.n_nodes)
         return self._result(c, True)
 
 
