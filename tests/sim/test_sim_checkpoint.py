@@ -8,7 +8,7 @@ import pytest
 from kalena.core.model import Tier
 from kalena.data import irina_paths
 from kalena.ir import load_cluster
-from kalena.sim import SimConfig, Simulation
+from kalena.sim import SimConfig, Simulation, build_report
 from kalena.sim.checkpoint import Checkpoint, run_with_checkpoints, take, worst
 
 
@@ -45,3 +45,18 @@ def test_the_worst_checkpoint_reserves_the_largest_share(run):
     with pytest.raises(ValueError, match="no checkpoint"):
         worst([], cluster)
     assert isinstance(w, Checkpoint)
+
+
+def test_a_run_kept_for_its_checkpoints_runs_the_same_and_has_no_report(run):
+    sim, cluster, checkpoints, _ = run
+    infra, workloads, blueprint = irina_paths()
+    bare = Simulation(load_cluster(infra, workloads, blueprint), SimConfig(hours=1.0), measured=False)
+    got = run_with_checkpoints(bare, cluster, every_s=1200.0)
+    for a, b in zip(checkpoints, got, strict=True):  # the same state at every checkpoint, bit for bit
+        assert a.time == b.time and a.load.batch == b.load.batch
+        assert np.array_equal(a.load.batch_reservation, b.load.batch_reservation)
+        assert np.array_equal(a.load.production_reservation, b.load.production_reservation)
+    assert np.array_equal(bare.task_states(), sim.task_states())
+    assert bare.metrics.sums["ticks"] == 0 < sim.metrics.sums["ticks"]  # the figures were skipped
+    with pytest.raises(ValueError, match="not measured"):
+        build_report(bare)

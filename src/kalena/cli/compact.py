@@ -77,7 +77,8 @@ def _checkpoint(
         if not result.complete:
             raise bad_input([f"{paths[-1]}: production does not pack: {len(result.pending)} pods pending"])
         placed = dataclasses.replace(cluster, placement=result.placement)
-    sim = Simulation(placed, SimConfig(hours=hours, seed=seed))
+    # only the validation reads the day's figures: without it the run is kept for its checkpoints
+    sim = Simulation(placed, SimConfig(hours=hours, seed=seed), measured=validate)
     so_far: list[Checkpoint] = []
 
     def taken(cp: Checkpoint) -> None:

@@ -113,6 +113,8 @@ def task_story(sim: Simulation, i: int) -> dict[str, Any]:
 
 def build_report(sim: Simulation) -> dict[str, Any]:
     """The report of a finished run."""
+    if not sim.measured:
+        raise ValueError("the run was not measured (Simulation(measured=False)): it has no report")
     m, ts, tasks, led, cfg = sim.metrics, sim.ts, sim.tasks, sim.ledger, sim.cfg
     s = m.sums
     total_work = s["production_cpu"] + s["batch_cpu"]
