@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -185,3 +186,32 @@ def test_drawing_production_ahead_changes_nothing_where_services_restart(cluster
     for name in ("x", "y", "bursting"):  # production ends where a run without the thread leaves it
         assert np.array_equal(getattr(ahead.prod, name), getattr(by_hand.prod, name))
     assert ahead.prod.rng.bit_generator.state == by_hand.prod.rng.bit_generator.state
+
+
+def test_a_task_is_up_the_tick_its_startup_ends_even_when_evicted_while_starting(cluster):
+    # Evictions are frequent here (memory-hungry batch), so some tasks are evicted while starting
+    # and started again later: each run waits its own startup, and none stays STARTING past it.
+    from kalena.core.lifecycle import TaskState
+
+    cfg = _tight_memory_config(production_ram_limit_ratio=1.0)
+    startup = 300.0  # long: evicted while starting and started again before the first run would be up
+    cfg = dataclasses.replace(cfg, batch=dataclasses.replace(cfg.batch, startup_s=startup))
+    sim = Simulation(cluster, cfg)
+    sim.prewarm()
+    restarted = early = 0
+    for k in range(1, sim.cfg.ticks + 1):
+        sim.step(k)
+        starting = sim.life.in_state(TaskState.STARTING)
+        until = sim.table.startup_until[sim.ts.row[starting]]
+        assert np.all(until > sim.now), k  # (the scan over every task the simulator no longer does)
+        assert np.all(until <= sim.now + startup), k
+    tick = sim.cfg.tick_s
+    for h in range(len(sim.tasks)):
+        history = sim.life.history(h)
+        restarted += [t.state for t in history].count(TaskState.STARTING) > 1
+        starts = [t.time for t in history if t.state is TaskState.STARTING]
+        early += any(b - a < startup for a, b in itertools.pairwise(starts))
+        for before, after in itertools.pairwise(history):  # up neither early nor late, run by run
+            if before.state is TaskState.STARTING and after.state is TaskState.RUNNING:
+                assert startup <= after.time - before.time < startup + tick, (h, history)
+    assert restarted > 0 and early > 0  # some tasks start again before their first run was up
