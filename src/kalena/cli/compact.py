@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -242,8 +243,9 @@ def command(
     after = workers_of(workers) if not scheduler else 3 * trials  # (Dask: its cluster queues them)
     during = after - 1 if not scheduler and batch_hours > 0 else after  # the run keeps a CPU
     try:
-        with submitter(workers, scheduler) as submit:
-            runner = TrialRunner(submit, source, trials, pending_fraction, during)
+        with submitter(workers, scheduler) as submit, tempfile.TemporaryDirectory(prefix="kalena-") as stops:
+            stop_dir = None if scheduler else stops  # (a Dask worker does not see this machine's files)
+            runner = TrialRunner(submit, source, trials, pending_fraction, during, stop_dir)
             runner.start("production", None, True)  # needs nothing from the run
             if batch_hours > 0:
                 cp, full, day = _checkpoint(

@@ -7,11 +7,17 @@ that becomes the worst (re)starts them, and the trials of one that stops being t
 dropped. While the run goes on, at most ``workers - 1`` trials are outstanding, so the run keeps a
 CPU; after it, ``workers``. Every trial is the same pure function of its arguments as a trial run
 after the day, so the results are those of running the arms one after the other.
+
+A dropped trial that a local worker is already running is told to stop, so that it frees its
+worker before its next pack rather than at its end: its arm's stop file (one per start of an
+arm, in a folder the command removes) is made, and the trial asks whether it exists before each
+pack. On Dask the cluster drops such a trial itself.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import pickle
 import time
 from collections.abc import Callable
@@ -34,11 +40,18 @@ def one(
     load: bytes | None,
     reclaim: bool,
     guide: Guide | None,
+    stop: str | None = None,
 ) -> Trial:
     """One trial in a worker process (the cluster read once per process, the batch load taken
-    from its pickle once per process)."""
+    from its pickle once per process); it stops (``TrialStopped``) once the file ``stop`` exists."""
     batch = _unpickled(load) if load is not None else None
-    return trial(worker_cluster(*source), np.random.default_rng(seed), fraction, batch, reclaim, guide)
+    proceed = None if stop is None else functools.partial(_not_there, stop)
+    rng = np.random.default_rng(seed)
+    return trial(worker_cluster(*source), rng, fraction, batch, reclaim, guide, proceed)
+
+
+def _not_there(path: str) -> bool:
+    return not os.path.exists(path)
 
 
 @functools.lru_cache(maxsize=2)
@@ -61,6 +74,7 @@ class TrialFailed(Exception):
 class _Arm:
     load: bytes | None
     reclaim: bool
+    stop: str | None  # made when the arm is restarted: its running trials stop
     running: dict[int, Any] = field(default_factory=dict)  # seed -> future
     done: dict[int, Trial] = field(default_factory=dict)
     queued: list[tuple[int, Guide | None]] = field(default_factory=lambda: [(0, None)])
@@ -71,10 +85,19 @@ class TrialRunner:
     ``limit`` outstanding (module docstring)."""
 
     def __init__(
-        self, submit: Callable[..., Any], source: tuple[str, ...], trials: int, fraction: float, limit: int
+        self,
+        submit: Callable[..., Any],
+        source: tuple[str, ...],
+        trials: int,
+        fraction: float,
+        limit: int,
+        stop_dir: str | None = None,
     ) -> None:
+        """``stop_dir``: a folder the workers see, for the stop files (None: none are made)."""
         self.submit, self.source, self.trials, self.fraction = submit, source, trials, fraction
         self.limit = max(1, limit)
+        self.stop_dir = stop_dir
+        self.starts = 0
         self.arms: dict[str, _Arm] = {}
         self.dropped: list[Any] = []  # futures of arms restarted since: they still hold a worker
 
@@ -82,10 +105,15 @@ class TrialRunner:
         """(Re)start arm ``name`` on ``load``, a pickled :class:`BatchLoad` (None: production alone)."""
         old = self.arms.pop(name, None)
         if old is not None:
-            for f in old.running.values():
-                if f.cancel() is False:  # a local trial already running (Dask answers None, and drops it)
-                    self.dropped.append(f)
-        self.arms[name] = _Arm(load, reclaim)
+            running = [f for f in old.running.values() if f.cancel() is False]
+            # (a local trial already running: Dask answers None, and drops it)
+            self.dropped += running
+            if running and old.stop is not None:
+                with open(old.stop, "x"):  # told to stop before its next pack
+                    pass
+        self.starts += 1
+        stop = None if self.stop_dir is None else os.path.join(self.stop_dir, f"{name}-{self.starts}")
+        self.arms[name] = _Arm(load, reclaim, stop)
         self.pump()
 
     def pump(self) -> None:
@@ -109,7 +137,7 @@ class TrialRunner:
             for arm in self.arms.values():
                 while arm.queued and out < self.limit and (arm.queued[0][1] is None) == first:
                     seed, guide = arm.queued.pop(0)
-                    job = (self.source, seed, self.fraction, arm.load, arm.reclaim, guide)
+                    job = (self.source, seed, self.fraction, arm.load, arm.reclaim, guide, arm.stop)
                     arm.running[seed] = self.submit(one, *job)
                     out += 1
 

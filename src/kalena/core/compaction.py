@@ -180,6 +180,10 @@ def budget(cluster: Cluster, pending_fraction: float = PENDING_FRACTION, extra: 
     return math.floor(pending_fraction * (len(cluster.workloads) + extra))
 
 
+class TrialStopped(Exception):
+    """The trial's ``proceed`` answered no before a pack: its answer is no longer wanted."""
+
+
 def trial(
     cluster: Cluster,
     rng: np.random.Generator,
@@ -187,6 +191,7 @@ def trial(
     load: BatchLoad | None = None,
     reclaim: bool = True,
     guide: Guide | None = None,
+    proceed: Callable[[], bool] | None = None,
 ) -> Trial:
     """The smallest cluster along one random removal order (module docstring), for production
     alone or with ``load``'s batch in the arm ``reclaim`` says (:func:`arm`).
@@ -195,7 +200,10 @@ def trial(
     probes this trial's capacity bound plus the guide's gap and gallops from there (about 2 packs
     where a bisection takes 6), and a whole cluster the guide saw too small is not packed again
     (the same pack, the same answer). Without it, the search bisects. Either way the search ends
-    at a removal count that fits with one more that does not."""
+    at a removal count that fits with one more that does not.
+
+    ``proceed``: asked before each pack; once it answers False the trial raises
+    :class:`TrialStopped` (a shell that no longer wants the answer frees the process sooner)."""
     cluster = relax_large_gangs(cluster)
     extra, ledgers = arm(cluster, load, reclaim)
     allowance = budget(cluster, pending_fraction, len(extra))
@@ -217,6 +225,8 @@ def trial(
         room = tolerant_capacity(pool.capacity_matrix()[allowed]).sum(axis=0)
         if (need > room * (1.0 + 1e-9)).any():
             return None
+        if proceed is not None and not proceed():
+            raise TrialStopped
         packs += 1
         return pack(pool, allowed, extra=extra, ledgers=ledgers, give_up_after=allowance, reasons=False)
 
