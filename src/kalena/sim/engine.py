@@ -473,20 +473,18 @@ class Simulation:
     def _completions(self, now: float) -> None:
         t, ts, tasks = self.table, self.ts, self.tasks
         done = self._finished_rows(self.ledger.row_arrays().high)
+        if not len(done):
+            return
         t_done = t.task[done]
-        for row in done.tolist():
-            i = int(t.task[row])
-            n = int(ts.node[i])
-            res = self.ledger.apply(
-                RemoveBatch(tasks.specs[i].id, n, self.ledger.node_epoch(n), RemovalCause.FINISHED)
-            )
-            _accepted(res)
-            ts.throttled_s[i] += t.total_s(row)
-            t.free(row)
-            ts.row[i], ts.finish[i] = -1, now
-        if len(done):
-            self.life.move(t_done, TaskState.SUCCEEDED, now, TransitionReason.FINISHED)
-            self._rows_changed()
+        led = self.ledger
+        for i, n in zip(t_done.tolist(), ts.node[t_done].tolist(), strict=True):
+            _accepted(led.apply(RemoveBatch(tasks.specs[i].id, n, led.node_epoch(n), RemovalCause.FINISHED)))
+        # the rows' own bookkeeping at once (each task and row once: no repeat to add in order)
+        ts.throttled_s[t_done] += t.total_s(done)
+        t.free(done)
+        ts.row[t_done], ts.finish[t_done] = -1, now
+        self.life.move(t_done, TaskState.SUCCEEDED, now, TransitionReason.FINISHED)
+        self._rows_changed()
 
     def _finished_rows(self, h: int) -> np.ndarray:
         """The batch rows whose work is done (a replay overrides it with recorded completions)."""

@@ -84,8 +84,8 @@ class RowTable:
         self.priority[rows] = [s.priority for s in specs]
         self.slack_cpu[rows] = [s.slack_cpu for s in specs]
 
-    def free(self, row: int) -> None:
-        """The row's workload left: reset it to free-row values."""
+    def free(self, row: int | np.ndarray) -> None:
+        """The row's (or rows') workload left: reset it to free-row values."""
         self.kind[row] = FREE
         self.task[row] = -1
         self.usage[row] = np.nan
