@@ -211,3 +211,18 @@ def test_a_trial_guided_by_another_ends_where_a_bisection_does_with_fewer_packs(
         dataclasses.replace(p, packs=0) for p in plain
     ]
     assert sum(g.packs for g in guided) < sum(p.packs for p in plain)
+
+
+def test_a_guided_trial_whose_pool_holds_the_workload_but_cannot_pack_it_grows_as_an_unguided_one():
+    # 42 cpu of 6-cpu pods, one per 10-cpu node: 5 nodes hold 42 cpu, yet 7 are needed. A guided
+    # trial searches a pool its capacity allows (5, then 6 nodes), finds every probe and the pool
+    # too small, and grows again with its removal order drawn again from the same generator state.
+    c = cluster_of(4, 7, cpu=6.0)
+    plain = [trial(c, np.random.default_rng(s)) for s in range(6)]
+    assert {p.added for p in plain} == {4} and {p.nodes for p in plain} == {7}
+    guide = Guide.of(plain[0])
+    guided = [trial(c, np.random.default_rng(s), guide=guide) for s in range(6)]
+    assert [dataclasses.replace(g, packs=0) for g in guided] == [
+        dataclasses.replace(p, packs=0) for p in plain
+    ]
+    assert len({p.removed for p in plain}) > 1  # the removal orders differ: drawing them matters

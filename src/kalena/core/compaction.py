@@ -198,8 +198,9 @@ def trial(
 
     ``guide``: what another trial of the same arm found (:class:`Guide`). The search then first
     probes this trial's capacity bound plus the guide's gap and gallops from there (about 2 packs
-    where a bisection takes 6), and a whole cluster the guide saw too small is not packed again
-    (the same pack, the same answer). Without it, the search bisects. Either way the search ends
+    where a bisection takes 6), a whole cluster the guide saw too small is not packed again
+    (the same pack, the same answer), and the pool is packed only if no probe fits (below).
+    Without it, the search bisects. Either way the search ends
     at a removal count that fits with one more that does not.
 
     ``proceed``: asked before each pack; once it answers False the trial raises
@@ -216,24 +217,64 @@ def trial(
     def fits(r: PackResult | None) -> bool:
         return r is not None and len(r.pending) <= allowance
 
+    def holds(pool: Cluster, off: np.ndarray) -> np.ndarray | None:
+        """The pool's nodes without ``off`` (a mask), where their capacity can hold what must be
+        placed; else None."""
+        allowed = np.ones(len(pool.nodes), dtype=bool)
+        allowed[off] = False
+        room = tolerant_capacity(pool.capacity_matrix()[allowed]).sum(axis=0)
+        return None if (need > room * (1.0 + 1e-9)).any() else allowed
+
     def attempt(pool: Cluster, off: np.ndarray) -> PackResult | None:
         """The pack without the nodes ``off``; None, without packing, where their capacity
         cannot hold what must be placed (it would not fit: the same answer, sooner)."""
         nonlocal packs
-        allowed = np.ones(len(pool.nodes), dtype=bool)
-        allowed[off] = False
-        room = tolerant_capacity(pool.capacity_matrix()[allowed]).sum(axis=0)
-        if (need > room * (1.0 + 1e-9)).any():
+        allowed = holds(pool, off)
+        if allowed is None:
             return None
         if proceed is not None and not proceed():
             raise TrialStopped
         packs += 1
         return pack(pool, allowed, extra=extra, ledgers=ledgers, give_up_after=allowance, reasons=False)
 
-    # the pool: the cluster, grown by clones of its nodes (in a random order) while too small
+    def search(pool: Cluster) -> tuple[np.ndarray, int, int, PackResult | None]:
+        """The removal order drawn for ``pool``, its capacity bound, and the search along it."""
+        n = len(pool.nodes)
+        order = rng.permutation(n)
+        bound = capacity_bound(pool, order, need)
+        if empty:
+            return order, bound, n, None
+        start = None if guide is None else n - bound - guide.gap
+        lo, found = _search(lambda m: attempt(pool, order[:m]), fits, n, start)
+        return order, bound, lo, found
+
+    # The pool: the cluster, grown by clones of its nodes (in a random order) while too small.
+    # Unguided, the pool is packed first (the search takes 0 removals to fit). Guided, a pool
+    # whose capacity holds the workload is searched at once: a probe that fits shows the pool
+    # does too (a packer that fits fewer nodes fits more), so the pool is packed only if every
+    # probe failed, and is grown (its order drawn again, from the same generator state) if that
+    # pack fails too: the answer of packing it first, one pack sooner.
+    lazy = guide is not None and not empty
     pool, added = cluster, 0
-    best = None if guide is not None and guide.grows else attempt(pool, none)
-    while not fits(best):
+    skip = guide is not None and guide.grows  # the whole cluster, which the guide saw too small
+    while True:
+        if not skip:
+            if not lazy:
+                best = attempt(pool, none)
+                if fits(best):
+                    order, bound, lo, found = search(pool)
+                    best = found if found is not None else best
+                    break
+            elif holds(pool, none) is not None:
+                drawn = rng.bit_generator.state
+                order, bound, lo, best = search(pool)
+                if lo > 0:
+                    break
+                best = attempt(pool, none)
+                if fits(best):
+                    break
+                rng.bit_generator.state = drawn
+        skip = False
         if added >= MAX_GROWTH * len(cluster.nodes) or not cluster.nodes:
             raise ValueError(
                 f"the workload does not fit the whole cluster, nor {MAX_GROWTH} times as many nodes: "
@@ -241,16 +282,7 @@ def trial(
             )
         added = max(1, 2 * added, len(cluster.nodes) // 8)
         pool = grown(cluster, clone_order, added)
-        best = attempt(pool, none)
     n = len(pool.nodes)
-    order = rng.permutation(n)
-    bound = capacity_bound(pool, order, need)
-    if empty:
-        lo = n
-    else:
-        start = None if guide is None else n - bound - guide.gap
-        lo, found = _search(lambda m: attempt(pool, order[:m]), fits, n, start)
-        best = found if found is not None else best
     assert best is not None
     names = [nd.name for nd in pool.nodes]
     own = {w.id for w in cluster.workloads}
