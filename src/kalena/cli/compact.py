@@ -243,7 +243,8 @@ def command(
     after = workers_of(workers) if not scheduler else 3 * trials  # (Dask: its cluster queues them)
     during = after - 1 if not scheduler and batch_hours > 0 else after  # the run keeps a CPU
     try:
-        with submitter(workers, scheduler) as submit, tempfile.TemporaryDirectory(prefix="kalena-") as stops:
+        # (the stop files' folder outlives the workers: it is removed after they have ended)
+        with tempfile.TemporaryDirectory(prefix="kalena-") as stops, submitter(workers, scheduler) as submit:
             stop_dir = None if scheduler else stops  # (a Dask worker does not see this machine's files)
             runner = TrialRunner(submit, source, trials, pending_fraction, during, stop_dir)
             runner.start("production", None, True)  # needs nothing from the run

@@ -200,8 +200,8 @@ def trial(
     probes this trial's capacity bound plus the guide's gap and gallops from there (about 2 packs
     where a bisection takes 6), a whole cluster the guide saw too small is not packed again
     (the same pack, the same answer), and the pool is packed only if no probe fits (below).
-    Without it, the search bisects. Either way the search ends
-    at a removal count that fits with one more that does not.
+    Without it, the search bisects. Either way the search ends at a removal count that fits with
+    one more that does not.
 
     ``proceed``: asked before each pack; once it answers False the trial raises
     :class:`TrialStopped` (a shell that no longer wants the answer frees the process sooner)."""

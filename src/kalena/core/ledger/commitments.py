@@ -133,9 +133,9 @@ class ReservationRefresh:
 
     The form for an estimator that keeps its state by ledger row, as the simulator's does: the
     live rows are neither gathered on the way in nor looked up on the ledger's side (at Irina's
-    12,000 rows that was two thirds of applying a :class:`ReservationUpdate` of every row). It is
-    judged as that update of every live row would be: applied when the global epoch is equal, or
-    when no row in use now was placed or changed since; the gpu rule holds.
+    12,000 rows, 0.44 ms a tick where a :class:`ReservationUpdate` of every live row took 0.74).
+    It is judged as that update would be: applied when the global epoch is equal, or when no row
+    in use now was placed or changed since; the gpu rule holds.
     """
 
     reservations: np.ndarray

@@ -664,10 +664,11 @@ class Ledger:
         # whole rows bit for bit, as ``rs.reservation[rows] = new`` (every live row for a refresh)
         dst, src = as_records(rs.reservation[:h] if rows is None else rs.reservation), as_records(new)
         if rows is None:
+            live = rs.alive[:h]
             if dst is not None and src is not None:
-                np.copyto(dst, src, where=alive)
+                np.copyto(dst, src, where=live)
             else:
-                np.copyto(rs.reservation[:h], new, where=alive[:, None])
+                np.copyto(rs.reservation[:h], new, where=live[:, None])
         elif dst is not None and src is not None:
             np.put(dst, rows, src)
         else:
