@@ -643,12 +643,9 @@ class Simulation:
 
     def _kill_over(self, nodes: list[int], now: float) -> None:
         """The OOM killer's victims on each of ``nodes`` (ascending), killed."""
-        rs, t, n_nodes = self.ledger.row_arrays(), self.table, self.ledger.n_nodes
+        rs, t = self.ledger.row_arrays(), self.table
         live = rs.live_rows()
-        named = np.zeros(n_nodes, dtype=bool)
-        named[nodes] = True
-        live = live[named[rs.node[live]]]  # only these nodes' rows: grouping every row is a sort of W
-        grouped, bounds = rows_by_node(live, rs.node[live], n_nodes)  # rows ascending
+        grouped, bounds = rows_by_node(live, rs.node[live], self.ledger.n_nodes, only=nodes)  # ascending
         for n in nodes:
             rows = grouped[bounds[n] : bounds[n + 1]]
             for row in memory.oom_victims(rows, rs.request, t.usage, t.limit, self.cap[n]):

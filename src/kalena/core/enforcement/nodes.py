@@ -216,28 +216,24 @@ class NodesView:
         if got is not None:
             return got
         if "order" not in self._cache:
-            rows = np.flatnonzero(self.live)
+            rows = self._live_rows()
             self._cache["order"], self._cache["bounds"] = rows_by_node(rows, self.node[rows], self.n_nodes)
         o, bounds = self._cache["order"], self._cache["bounds"]
         return o[bounds[n] : bounds[n + 1]]
 
     def group_rows(self, nodes: np.ndarray) -> None:
-        """Make :meth:`rows_of` ready for ``nodes`` (node indices) by grouping only their rows.
-
-        The round asks for the rows of a few screened nodes among thousands: picking those rows
-        out is one pass, where grouping every row is a sort of all of them.
-        """
+        """Make :meth:`rows_of` ready for ``nodes`` (node indices) by grouping only their rows
+        (the round asks for the rows of a few screened nodes among thousands)."""
         nodes = np.asarray([k for k in np.asarray(nodes).tolist() if k not in self._grouped], dtype=np.int64)
         if "order" in self._cache or not len(nodes):
             return
-        rows = self._memo("live_rows", lambda: np.flatnonzero(self.live))
-        on = np.take(self.node, rows)
-        wanted = np.zeros(self.n_nodes, dtype=bool)
-        wanted[nodes] = True
-        pick = wanted[on]
-        grouped, bounds = rows_by_node(rows[pick], on[pick], self.n_nodes)
+        rows = self._live_rows()
+        grouped, bounds = rows_by_node(rows, np.take(self.node, rows), self.n_nodes, only=nodes)
         for k in nodes.tolist():
             self._grouped[k] = grouped[bounds[k] : bounds[k + 1]]
+
+    def _live_rows(self) -> np.ndarray:
+        return self._memo("live_rows", lambda: np.flatnonzero(self.live))
 
     def conditions_of(self, n: int, acute: np.ndarray, triggered: np.ndarray) -> NodeConditions:
         return NodeConditions.handed_over(
@@ -344,9 +340,19 @@ def node_sort_keys(node: np.ndarray, n: int) -> np.ndarray:
     return node.astype(np.uint16) if n <= 1 << 16 else node
 
 
-def rows_by_node(rows: np.ndarray, node: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def rows_by_node(
+    rows: np.ndarray, node: np.ndarray, n: int, only: Sequence[int] | np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(grouped, bounds)``: ``rows`` stably sorted by their ``node`` (in ``0..n-1``), so node
-    ``k``'s rows are ``grouped[bounds[k]:bounds[k + 1]]``, in their order in ``rows``."""
+    ``k``'s rows are ``grouped[bounds[k]:bounds[k + 1]]``, in their order in ``rows``.
+
+    ``only``: node indices whose rows are wanted (the others' come out empty); picking a few
+    nodes' rows out first is one pass, where grouping every row is a sort of all of them."""
+    if only is not None:
+        wanted = np.zeros(n, dtype=bool)
+        wanted[np.asarray(only, dtype=np.int64)] = True
+        pick = wanted[node]
+        rows, node = rows[pick], node[pick]
     o = np.argsort(node_sort_keys(node, n), kind="stable")
     return rows[o], np.searchsorted(node[o], np.arange(n + 1))
 

@@ -220,8 +220,7 @@ class NodeSnapshot:
                     + ("" if name == "limit" else " and finite")
                 )
             object.__setattr__(self, name, _frozen(a))
-        eff = np.where(np.isnan(self.usage), self.reservation, np.fmax(self.reservation, self.usage))
-        object.__setattr__(self, "_effective", _frozen(eff))
+        object.__setattr__(self, "_effective", _frozen(_effective(self.reservation, self.usage)))
 
     @classmethod
     def handed_over(
@@ -258,8 +257,7 @@ class NodeSnapshot:
             a = rows[name]
             a.setflags(write=False)
             object.__setattr__(s, name, a)
-        res, use = rows["reservation"], rows["usage"]
-        eff = np.where(np.isnan(use), res, np.fmax(res, use))
+        eff = _effective(rows["reservation"], rows["usage"])
         eff.setflags(write=False)
         object.__setattr__(s, "_effective", eff)
         return s
@@ -304,6 +302,11 @@ _ROW_FIELDS = (
     "started_at",
     "slack_cpu",
 )
+
+
+def _effective(reservation: np.ndarray, usage: np.ndarray) -> np.ndarray:
+    """``r' = max(r, u)``, ``r`` where the usage is missing (NaN)."""
+    return np.where(np.isnan(usage), reservation, np.fmax(reservation, usage))
 
 
 def _row(value: Resources | Mapping[str, SupportsFloat | str] | None, default: float) -> np.ndarray:
