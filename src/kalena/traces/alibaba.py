@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from kalena.traces.files import csv_rows
+from kalena.traces.files import csv_rows, number
 from kalena.traces.model import (
     Machines,
     Scale,
@@ -202,6 +202,102 @@ def container_samples(
     if windowed:
         s = np.minimum(s, horizon - t)
     return k, t, s, c, r
+
+
+@dataclass(frozen=True)
+class UsageTable:
+    """Where a release's container_usage keeps what the replay reads, and what its notes say.
+
+    ``id`` is a column's index, the others (index, name) pairs (the name for errors); a note's
+    ``{n}`` is its count. The two releases differ in
+    their columns, in which times lie outside the period (v2017: at or before 0; v2018: the
+    sentinel 0), in how long a sample spans, and in their wording."""
+
+    width: int
+    id: int
+    time: tuple[int, str]
+    cpu: tuple[int, str]
+    mem: tuple[int, str]
+    outside_period: Callable[[float], bool]
+    span: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    repeated: str  # the time's name in the note on repeated samples
+    empty_note: str
+    unnamed_note: str  # rows of containers the release's container table does not name
+    outside_period_note: str
+    invalid_note: str
+    read_note: str  # what the samples mean, when there are some files
+    absent_note: str | None = None  # when there are none
+
+
+def read_container_usage(
+    root: Path,
+    table: UsageTable,
+    horizon: float,
+    windowed: bool,
+    task_of: dict[str, tuple[int, float, float]],
+    seen: set[str],
+    notes: list[str],
+) -> tuple[np.ndarray, ...]:
+    """The kept containers' samples: task, t, span, cpu (cores), ram (GiB), sorted by (task, t).
+
+    ``task_of`` maps a kept container to (its task, its cpu and ram request), ``seen`` holds every
+    container the container table names. cpu and memory utilisations are percentages of the
+    request; rows outside 0-100, outside the period, past the window or with a field empty are
+    skipped and counted in ``notes``."""
+    paths = optional(root, "container_usage*.csv*")
+    task: list[int] = []
+    ts: list[float] = []
+    cpu: list[float] = []
+    ram: list[float] = []
+    i_id, (i_t, n_t), (i_c, n_c), (i_m, n_m) = table.id, table.time, table.cpu, table.mem
+    empty = outside_period = later = missing = invalid = 0
+    outside: dict[bool, int] = {True: 0, False: 0}  # by whether the container table names it
+    for path in paths:
+        for line, row in csv_rows(path, table.width):
+            cid = row[i_id]
+            if not cid:
+                empty += 1
+                continue
+            known = task_of.get(cid)
+            if known is None:
+                outside[cid in seen] += 1
+                continue
+            t = number(path, line, n_t, row[i_t])
+            if table.outside_period(t):
+                outside_period += 1
+                continue
+            if t >= horizon:
+                later += 1
+                continue
+            c = number(path, line, n_c, row[i_c], empty=math.nan)
+            m = number(path, line, n_m, row[i_m], empty=math.nan)
+            if math.isnan(c) or math.isnan(m):
+                missing += 1
+                continue
+            if not (0.0 <= c <= 100.0 and 0.0 <= m <= 100.0):
+                invalid += 1
+                continue
+            i, req_cpu, req_ram = known
+            task.append(i)
+            ts.append(t)
+            cpu.append(c / 100.0 * req_cpu)
+            ram.append(m / 100.0 * req_ram)
+    if not paths and table.absent_note:
+        notes.append(table.absent_note)
+    counted = (
+        (empty, table.empty_note),
+        (outside[False], table.unnamed_note),
+        (outside[True], "{n} container_usage rows of containers outside the replay were skipped"),
+        (outside_period, table.outside_period_note),
+        (later, "{n} container_usage rows past the window were skipped"),
+        (missing, "{n} container_usage rows with an empty cpu or memory utilisation were skipped"),
+        (invalid, table.invalid_note),
+    )
+    notes.extend(note.format(n=n) for n, note in counted if n)
+    samples = container_samples(task, ts, cpu, ram, table.span, horizon, windowed, notes, time=table.repeated)
+    if paths:
+        notes.append(table.read_note)
+    return samples
 
 
 # ------------------------------------------------------------------------------------------- batch

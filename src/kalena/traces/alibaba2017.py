@@ -123,18 +123,19 @@ from kalena.traces.alibaba import (
     Plan,
     Row,
     Samples,
+    UsageTable,
     add_sample,
     assemble,
     batch_task_paths,
     checked,
     container_row,
-    container_samples,
     instance_rows,
     left_out,
     optional,
     pick,
     plan_request,
     ran,
+    read_container_usage,
     read_plans,
 )
 from kalena.traces.files import csv_rows, find, number
@@ -359,83 +360,34 @@ def _container_rows(
     return rows, too_big
 
 
-# Not shared with v2018: other columns, a time at or before 0 is before the period (v2018: 0 is the
-# sentinel), and a sample spans the fixed interval (v2018: the irregular gap to the next).
-def _read_container_usage(
-    root: Path,
-    horizon: float,
-    windowed: bool,
-    task_of: dict[str, tuple[int, float, float]],
-    seen: set[str],
-    notes: list[str],
-) -> tuple[np.ndarray, ...]:
-    """The kept containers' samples: task, t, span, cpu (cores), ram (GiB), sorted by (task, t)."""
-    paths = optional(root, "container_usage*.csv*")
-    task: list[int] = []
-    ts: list[float] = []
-    cpu: list[float] = []
-    ram: list[float] = []
-    empty = before = later = missing = invalid = 0
-    outside: dict[bool, int] = {True: 0, False: 0}  # by whether container_event names it
-    for path in paths:
-        for line, row in csv_rows(path, CONTAINER_USAGE_COLUMNS):
-            if not row[1]:
-                empty += 1
-                continue
-            known = task_of.get(row[1])
-            if known is None:
-                outside[row[1] in seen] += 1
-                continue
-            t = number(path, line, "ts", row[0])
-            if t <= 0:
-                before += 1
-                continue
-            if t >= horizon:
-                later += 1
-                continue
-            c = number(path, line, "cpu_util", row[2], empty=math.nan)
-            m = number(path, line, "mem_util", row[3], empty=math.nan)
-            if math.isnan(c) or math.isnan(m):
-                missing += 1
-                continue
-            if not (0.0 <= c <= 100.0 and 0.0 <= m <= 100.0):
-                invalid += 1
-                continue
-            i, req_cpu, req_ram = known
-            task.append(i)
-            ts.append(t)
-            cpu.append(c / 100.0 * req_cpu)
-            ram.append(m / 100.0 * req_ram)
-    if empty:
-        notes.append(f"{empty} container_usage rows with an empty instance id were skipped")
-    if outside[False]:
-        notes.append(
-            f"{outside[False]} container_usage rows of containers container_event does not name "
-            "(a known issue of the release) were skipped"
-        )
-    if outside[True]:
-        notes.append(f"{outside[True]} container_usage rows of containers outside the replay were skipped")
-    if before:
-        notes.append(f"{before} container_usage rows at or before 0 (before the period) were skipped")
-    if later:
-        notes.append(f"{later} container_usage rows past the window were skipped")
-    if missing:
-        notes.append(f"{missing} container_usage rows with an empty cpu or memory utilisation were skipped")
-    if invalid:
-        notes.append(f"{invalid} container_usage rows with a utilisation outside 0-100 were skipped")
-    samples = container_samples(task, ts, cpu, ram, _span, horizon, windowed, notes, time="ts")
-    if paths:
-        notes.append(
-            "container usage: cpu_util and mem_util are percentages of the container's request; a sample "
-            f"spans {USAGE_SPAN_S:g} s (the trace measures every 60 s)"
-        )
-    return samples
-
-
 def _span(task: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Each sample's span: the measuring interval (samples tile time; v2018 spans the gaps instead,
     its sampling being irregular)."""
     return np.full(len(t), USAGE_SPAN_S)
+
+
+#: container_usage: a time at or before 0 is before the period (v2018: 0 is the sentinel).
+USAGE = UsageTable(
+    width=CONTAINER_USAGE_COLUMNS,
+    id=1,
+    time=(0, "ts"),
+    cpu=(2, "cpu_util"),
+    mem=(3, "mem_util"),
+    outside_period=lambda t: t <= 0,
+    span=_span,
+    repeated="ts",
+    empty_note="{n} container_usage rows with an empty instance id were skipped",
+    unnamed_note=(
+        "{n} container_usage rows of containers container_event does not name (a known issue of the "
+        "release) were skipped"
+    ),
+    outside_period_note="{n} container_usage rows at or before 0 (before the period) were skipped",
+    invalid_note="{n} container_usage rows with a utilisation outside 0-100 were skipped",
+    read_note=(
+        "container usage: cpu_util and mem_util are percentages of the container's request; a sample "
+        f"spans {USAGE_SPAN_S:g} s (the trace measures every 60 s)"
+    ),
+)
 
 
 # ------------------------------------------------------------------------------------------- batch
@@ -695,7 +647,7 @@ def read(
     rows, too_big = _container_rows(containers, index, biggest)
     del containers
     task_of = {r.id: (i, r.cpu, r.ram) for i, r in enumerate(rows)}
-    c_usage = _read_container_usage(root, horizon, windowed, task_of, seen, notes)
+    c_usage = read_container_usage(root, USAGE, horizon, windowed, task_of, seen, notes)
     del task_of, seen
 
     instance_paths = optional(root, "batch_instance*.csv*")

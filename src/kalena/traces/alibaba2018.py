@@ -93,18 +93,19 @@ from kalena.traces.alibaba import (
     Plan,
     Row,
     Samples,
+    UsageTable,
     add_sample,
     assemble,
     batch_task_paths,
     checked,
     container_row,
-    container_samples,
     instance_rows,
     left_out,
     optional,
     pick,
     plan_request,
     ran,
+    read_container_usage,
     read_plans,
 )
 from kalena.traces.files import csv_rows, find, number
@@ -299,84 +300,31 @@ def _spans(task: np.ndarray, t: np.ndarray) -> np.ndarray:
     return span
 
 
-# Not shared with v2017: other columns, 0 is the sentinel (v2017: at or before 0), and a sample spans
-# the gap to the next (v2017 measures at a fixed interval).
-def _read_container_usage(
-    root: Path,
-    horizon: float,
-    windowed: bool,
-    task_of: dict[str, tuple[int, float, float]],
-    seen: set[str],
-    notes: list[str],
-) -> tuple[np.ndarray, ...]:
-    """The kept containers' samples: task, t, span, cpu (cores), ram (GiB), sorted by (task, t)."""
-    paths = optional(root, "container_usage*.csv*")
-    task: list[int] = []
-    ts: list[float] = []
-    cpu: list[float] = []
-    ram: list[float] = []
-    empty_id = sentinel = later = missing = invalid = 0
-    outside: dict[bool, int] = {True: 0, False: 0}  # by whether container_meta names it
-    for path in paths:
-        for line, row in csv_rows(path, CONTAINER_USAGE_COLUMNS):
-            if not row[0]:
-                empty_id += 1
-                continue
-            known = task_of.get(row[0])
-            if known is None:
-                outside[row[0] in seen] += 1
-                continue
-            t = number(path, line, "time_stamp", row[2])
-            if t == 0:
-                sentinel += 1
-                continue
-            if t >= horizon:
-                later += 1
-                continue
-            c = number(path, line, "cpu_util_percent", row[3], empty=math.nan)
-            m = number(path, line, "mem_util_percent", row[4], empty=math.nan)
-            if math.isnan(c) or math.isnan(m):
-                missing += 1
-                continue
-            if not (_valid_share(c) and _valid_share(m)):
-                invalid += 1
-                continue
-            i, req_cpu, req_ram = known
-            task.append(i)
-            ts.append(t)
-            cpu.append(c / 100.0 * req_cpu)
-            ram.append(m / 100.0 * req_ram)
-    if not paths:
-        notes.append("no container_usage: containers have no usage samples")
-    if empty_id:
-        notes.append(
-            f"{empty_id} container_usage rows with an empty container_id (a defect of the release, "
-            "alibaba/clusterdata issue #84) were skipped"
-        )
-    if outside[False]:
-        notes.append(
-            f"{outside[False]} container_usage rows of containers container_meta does not name were skipped"
-        )
-    if outside[True]:
-        notes.append(f"{outside[True]} container_usage rows of containers outside the replay were skipped")
-    if sentinel:
-        notes.append(f"{sentinel} container_usage rows at time 0 (outside the 8 days) were skipped")
-    if later:
-        notes.append(f"{later} container_usage rows past the window were skipped")
-    if missing:
-        notes.append(f"{missing} container_usage rows with an empty cpu or memory utilisation were skipped")
-    if invalid:
-        notes.append(
-            f"{invalid} container_usage rows with a utilisation outside 0-100 (-1/101: invalid) were skipped"
-        )
-    samples = container_samples(task, ts, cpu, ram, _spans, horizon, windowed, notes, time="time")
-    if len(paths):
-        notes.append(
-            f"container usage: cpu_util_percent and mem_util_percent are percentages of the container's "
-            f"request; a sample spans the gap to the next (at most {MAX_SPAN_S:g} s), the last the "
-            "container's median gap"
-        )
-    return samples
+#: container_usage: 0 is the sentinel (v2017: a time at or before 0 is before the period), and a
+#: sample spans the gap to the next (v2017 measures at a fixed interval).
+USAGE = UsageTable(
+    width=CONTAINER_USAGE_COLUMNS,
+    id=0,
+    time=(2, "time_stamp"),
+    cpu=(3, "cpu_util_percent"),
+    mem=(4, "mem_util_percent"),
+    outside_period=lambda t: t == 0,
+    span=_spans,
+    repeated="time",
+    empty_note=(
+        "{n} container_usage rows with an empty container_id (a defect of the release, "
+        "alibaba/clusterdata issue #84) were skipped"
+    ),
+    unnamed_note="{n} container_usage rows of containers container_meta does not name were skipped",
+    outside_period_note="{n} container_usage rows at time 0 (outside the 8 days) were skipped",
+    invalid_note="{n} container_usage rows with a utilisation outside 0-100 (-1/101: invalid) were skipped",
+    read_note=(
+        "container usage: cpu_util_percent and mem_util_percent are percentages of the container's "
+        f"request; a sample spans the gap to the next (at most {MAX_SPAN_S:g} s), the last the "
+        "container's median gap"
+    ),
+    absent_note="no container_usage: containers have no usage samples",
+)
 
 
 # ------------------------------------------------------------------------------------------- batch
@@ -622,7 +570,7 @@ def read(
     rows, too_big = _container_rows(containers, index, biggest, notes)
     del containers
     task_of = {r.id: (i, r.cpu, r.ram) for i, r in enumerate(rows)}
-    c_usage = _read_container_usage(root, horizon, windowed, task_of, seen, notes)
+    c_usage = read_container_usage(root, USAGE, horizon, windowed, task_of, seen, notes)
     del task_of, seen
 
     instance_paths = optional(root, "batch_instance*.csv*")
