@@ -178,6 +178,31 @@ def test_compare_shows_the_three_arms_side_by_side(tmp_path):
         assert 0 <= capped <= unmet + 1e-6
 
 
+def _timeless(report: dict) -> dict:
+    """A report without what depends on the wall clock or the command line."""
+    out = {k: v for k, v in report.items() if k not in ("wall_seconds", "command")}
+    return {k: _timeless(v) if isinstance(v, dict) else v for k, v in out.items()}
+
+
+def test_compare_runs_the_other_arms_in_worker_processes_with_the_same_figures(tmp_path):
+    """The two other arms run in spawned worker processes beside the first; their reports are
+    those of the same arms run here one after the other, field by field."""
+    from kalena.data import irina_paths
+    from kalena.ir import load_cluster
+    from kalena.sim import SimConfig, compare_reports, simulate
+    from kalena.sim.arms import compare_configs
+
+    report = _json_run(tmp_path, "--hours", "0.1", "--compare", "--workers", "2")
+    base = SimConfig(hours=0.1)
+    cluster = load_cluster(*irina_paths())
+    here = [simulate(cluster, cfg)[1] for cfg in (base, *compare_configs(base))]
+    assert _timeless(report) == _timeless(compare_reports(*here))
+    # one worker runs both other arms, one after the other: the same again
+    assert _timeless(
+        _json_run(tmp_path / "one", "--hours", "0.1", "--compare", "--workers", "1")
+    ) == _timeless(report)
+
+
 def test_why_tells_a_pods_story_in_the_report_and_on_screen(tmp_path):
     pod = "batch/job-000452-00001"
     report = _json_run(tmp_path / "j", "--hours", "0.1", "--why", pod)

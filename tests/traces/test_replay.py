@@ -124,3 +124,33 @@ def test_the_report_of_a_replay_folder_shows_the_trace_and_the_seeds(tmp_path: P
     figures = json.loads((out / "trace.json").read_text())
     assert figures["notes"] and all(n.replace("'", "&#x27;") in page for n in figures["notes"])
     assert "(a) work enabled vs the baseline" in page and "kalena sweep seeds --seeds 2 --hours 0.1" in page
+
+
+def test_compare_replays_the_other_arms_in_worker_processes_on_the_recorded_inputs(tmp_path: Path) -> None:
+    """``kalena replay --compare``: the recorded batch and usage reach the two worker processes,
+    whose arms equal the same arms replayed here (a real ``kalena`` process, spawning its workers)."""
+    from kalena.sim import build_report, compare_reports
+    from kalena.sim.arms import compare_configs
+
+    root = TRACES / "google-clusterdata-2011-2"
+    args = ["replay", "google-2011", str(root), "--machines", "30", "--hours", "0.25", "--compare"]
+    proc = run_kalena([*args, "--json", "--no-plots", "--out", str(tmp_path / "o")], tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["no_reclaim"]["arm"], report["baseline"]["arm"]) == ("kalena-no-reclaim", "baseline")
+
+    trace = google2011.read(root, machines=30, hours=0.25)
+    inputs = replay(trace, file_stem="google-2011")
+    base = SimConfig(hours=trace.horizon_s / 3600.0, seed=0)  # as the command makes it
+    production = Samples(inputs.production_samples, inputs.production_ratio)
+    here = []
+    for cfg in (base, *compare_configs(base)):
+        sim = Simulation(inputs.cluster, cfg, tasks=recorded(**inputs.batch), production=production)  # type: ignore[arg-type]
+        sim.run()
+        here.append(build_report(sim))
+
+    def timeless(r: dict) -> dict:
+        out = {k: v for k, v in r.items() if k not in ("wall_seconds", "command")}
+        return {k: timeless(v) if isinstance(v, dict) else v for k, v in out.items()}
+
+    assert timeless(report) == timeless(json.loads(json.dumps(compare_reports(*here))))

@@ -1,7 +1,8 @@
 """Independent runs of one sweep, in local worker processes or on a Dask cluster.
 
 Every sweep of the CLI (compaction trials, Pareto points, the calibration grid) hands its jobs
-here: ``fn(*job)`` for each, with a progress bar, the results in job order. By default they run
+here: ``fn(*job)`` for each, with a progress bar, the results in job order. :func:`started` runs a
+few jobs beside the caller's own work instead (``--compare``'s other arms). By default they run
 in local processes (``--workers``, 0: one per CPU); with ``--scheduler ADDRESS`` on the Dask
 cluster whose scheduler listens there (``dask.distributed``, the ``kalena[dask]`` extra), whose
 workers must have Kalena installed. Either way each job is the same pure function of its
@@ -13,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import copyreg
 import functools
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing.pool import AsyncResult
 from types import MappingProxyType
 from typing import Annotated, Any
 
@@ -113,6 +116,38 @@ def run_all(
                         raise JobFailed(futures[f], e) from e
                     advance(futures[f])
     return results
+
+
+@contextlib.contextmanager
+def started(
+    fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], workers: int
+) -> Iterator[list[AsyncResult[Any]]]:
+    """``fn(*job)`` for each job, started at once in at most ``workers`` processes (0: one per
+    CPU) while the caller goes on with its own work; :func:`finished` collects them. Leaving the
+    block early (an error, Ctrl-C) stops the workers rather than waiting for their jobs."""
+    # spawned, not forked: a fresh interpreter shares none of the caller's threads or open files
+    pool = multiprocessing.get_context("spawn").Pool(processes=max(1, min(workers_of(workers), len(jobs))))
+    try:
+        yield [pool.apply_async(fn, job) for job in jobs]
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
+
+
+def finished(pending: Sequence[AsyncResult[Any]], label: str, quiet: bool = False) -> list[Any]:
+    """The results of :func:`started`'s jobs in job order, waited for with a progress bar; a
+    job's exception is raised here."""
+    with progress_bar(label, quiet) as bar:
+        task = bar.add_task(label, total=len(pending))
+        for p in pending:
+            while not p.ready():  # (short waits: the bar counts jobs that end out of order)
+                p.wait(0.25)
+                bar.update(task, completed=sum(q.ready() for q in pending))
+        bar.update(task, completed=len(pending))
+    return [p.get() for p in pending]
 
 
 def workers_of(workers: int) -> int:

@@ -26,10 +26,13 @@ from rich.console import Console
 from kalena.cli.screen import bad_input, command_line, table_console
 from kalena.cli.simulate import (
     ARM_LABELS,
+    CompareWorkersOpt,
     _check_out,
     _headline,
-    _run,
+    _play,
+    _simulation,
     _table,
+    beside,
     exit_if_invalid,
     other_arms,
     write_outputs,
@@ -134,6 +137,7 @@ def replay_command(
     compare: Annotated[
         bool, typer.Option("--compare", metavar="", help="Run all three arms side by side.")
     ] = False,
+    workers: CompareWorkersOpt = 0,
     out: Annotated[
         Path, typer.Option(help="Folder for the IR documents, trace.json, report.json, plots.")
     ] = Path("out"),
@@ -179,18 +183,10 @@ def replay_command(
     production = Samples(inputs.production_samples, inputs.production_ratio)
     show = not as_json
 
-    def run(config: SimConfig):  # type: ignore[no-untyped-def]
-        return _run(
-            inputs.cluster,
-            config,
-            ARM_LABELS[config.arm],
-            show,
-            tasks=recorded(**inputs.batch),  # type: ignore[arg-type]
-            production=production,
-        )
-
-    sim = run(base)
-    report, arms, runs = other_arms(base, sim, build_report(sim), run, compare)
+    sim = _simulation(inputs.cluster, base, tasks=recorded(**inputs.batch), production=production)  # type: ignore[arg-type]
+    with beside(compare, workers, inputs.cluster, base, inputs.batch, production) as ahead:
+        _play(sim, ARM_LABELS[base.arm], show)
+        report, arms, runs = other_arms(base, sim, build_report(sim), ahead, as_json)
     command = command_line()
     report["command"] = command
     figures: dict[str, Any] = {
@@ -209,7 +205,7 @@ def replay_command(
     for doc in (inputs.infra, inputs.workloads, inputs.blueprint):
         extra[doc.file] = dump_document(doc)
     try:
-        files = write_outputs(out, report, sim if plots else None, runs if compare else None, extra)
+        files = write_outputs(out, report, sim if plots else None, runs, extra)
     except OSError as e:
         raise bad_input([f"{out}: cannot write: {e.strerror or e}; nothing was written"]) from None
     if as_json:

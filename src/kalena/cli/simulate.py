@@ -9,13 +9,15 @@ figures are invalid, seed 000 §6.3 metric 9); 2 bad input (one line per IR prob
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from multiprocessing.pool import AsyncResult
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +28,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kalena.archive import Archive, ArchiveError
+from kalena.cli.fanout import finished, started
 from kalena.cli.screen import command_line, table_console
 from kalena.core.cluster import Cluster
 from kalena.core.config import ESTIMATORS, PolicyConfig
@@ -35,12 +38,20 @@ from kalena.data import irina_paths
 from kalena.ir import IRError, load_cluster
 from kalena.ir.write import write_files_atomic
 from kalena.sim import SimConfig, Simulation, build_report, compare_reports
+from kalena.sim.arms import ArmSeries, compare_arm, compare_configs
 from kalena.sim.batch import BatchTasks
 from kalena.sim.recorded import Samples
 from kalena.sim.report import OUTPUT_FILES, REPORT_FILE, task_index, task_story
 
 EXIT_INVARIANT = 1
 EXIT_BAD_INPUT = 2
+#: ``--workers`` of the commands with ``--compare``
+CompareWorkersOpt = Annotated[
+    int,
+    typer.Option(
+        help="Processes for --compare's other two arms, running beside the first (0: one per CPU).", min=0
+    ),
+]
 
 
 #: The core's estimator names as a Typer choice (one list: ``kalena.core.config.ESTIMATORS``).
@@ -91,10 +102,10 @@ def write_outputs(
     out: Path,
     report: dict[str, Any],
     sim: Simulation | None,
-    arms: list[tuple[str, Simulation]] | None = None,
+    arms: list[tuple[str, ArmSeries]] | None = None,
     extra: Mapping[str, str | bytes] | None = None,
 ) -> list[Path]:
-    """report.json, the plots (``sim`` None: no plots; ``arms``: the compared runs) and ``extra``
+    """report.json, the plots (``sim`` None: no plots; ``arms``: the compared arms) and ``extra``
     files by name, into ``out``: all of them or none, and the outputs of an earlier run that this
     one did not write (plots after ``--no-plots``, a comparison after a plain run) removed, so the
     folder always holds one run's complete output (``write_files_atomic``)."""
@@ -139,30 +150,32 @@ def _cluster(infra: Path | None, workloads: Path | None, blueprint: Path | None)
     return cluster
 
 
-def _run(
+def _simulation(
     cluster: Cluster,
     config: SimConfig,
-    label: str,
-    show: bool,
     why: list[str] | None = None,
-    archive: Archive | None = None,
     *,
     tasks: BatchTasks | None = None,
     production: Samples | None = None,
 ) -> Simulation:
-    """One run with a progress bar (``show``); ``tasks`` and ``production``: recorded inputs
-    (``kalena replay``) instead of the generated ones."""
+    """The run, made and checked (every problem said before any long work starts); ``tasks`` and
+    ``production``: recorded inputs (``kalena replay``) instead of the generated ones."""
     try:
         sim = Simulation(cluster, config, tasks, production)
     except ValueError as e:  # a blueprint the ledger refuses (e.g. it overfills a node)
         raise _fail([f"cannot simulate this cluster: {e}"]) from None
-    sim.archive = archive
     unknown = [t for t in why or [] if task_index(sim, t) is None]
-    if unknown:  # said before the run, not after it
+    if unknown:
         some = ", ".join(spec.id for spec in sim.tasks.specs[:3])
         raise _fail(
             [f"--why: no batch pod {t!r} in this run (its pods are named like {some})" for t in unknown]
         )
+    return sim
+
+
+def _play(sim: Simulation, label: str, show: bool) -> Simulation:
+    """``sim`` run to its end, with a progress bar when ``show``."""
+    config = sim.cfg
     if not show:
         sim.run()
         return sim
@@ -323,6 +336,7 @@ def simulate(
             "--compare", metavar="", help="Run all three arms (reclaim, no reclaim, baseline) side by side."
         ),
     ] = False,
+    workers: CompareWorkersOpt = 0,
     out: Annotated[Path, typer.Option(help="Folder for report.json and the PNG plots.")] = Path("out"),
     as_json: Annotated[
         bool, typer.Option("--json", metavar="", help="Print report.json to stdout and nothing else.")
@@ -386,26 +400,27 @@ def simulate(
         policy=policy,
     )
     show = not as_json
+    sim = _simulation(cluster, base, why)
     try:
         sink = Archive(archive) if archive is not None else None
     except ArchiveError as e:
         raise _fail([f"--archive: {e}"]) from None
+    sim.archive = sink
     try:
-        sim = _run(cluster, base, ARM_LABELS[base.arm], show, why, sink)
-        if sink is not None:  # every closed 5-minute slot and hour rolled up, as a daemon would have
-            sink.compact(sim.now + sink.retention.grace_s + 3600.0)  # as `kalena archive compact`
+        with beside(compare, workers, cluster, base) as ahead:
+            _play(sim, ARM_LABELS[base.arm], show)
+            if sink is not None:  # every closed 5-minute slot and hour rolled up, as a daemon would have
+                sink.compact(sim.now + sink.retention.grace_s + 3600.0)  # as `kalena archive compact`
+            report = build_report(sim)
+            if why:
+                report["why"] = {t: task_story(sim, task_index(sim, t)) for t in why}  # type: ignore[arg-type]
+            report, arms, runs = other_arms(base, sim, report, ahead, as_json)
     finally:
         if sink is not None:
             sink.close()
-    report = build_report(sim)
-    if why:
-        report["why"] = {t: task_story(sim, task_index(sim, t)) for t in why}  # type: ignore[arg-type]
-    report, arms, runs = other_arms(
-        base, sim, report, lambda cfg: _run(cluster, cfg, ARM_LABELS[cfg.arm], show), compare
-    )
     report["command"] = command_line()  # what made the folder's figures (kalena report shows it)
     try:
-        written = write_outputs(out, report, sim if plots else None, runs if compare else None)
+        written = write_outputs(out, report, sim if plots else None, runs)
     except OSError as e:
         raise _fail([f"{out}: cannot write the report: {e.strerror or e}; nothing was written"]) from None
     if as_json:
@@ -420,27 +435,40 @@ def simulate(
     exit_if_invalid(report)
 
 
+def beside(
+    compare: bool, workers: int, cluster: Cluster, base: SimConfig, *inputs: Any
+) -> contextlib.AbstractContextManager[list[AsyncResult[Any]] | None]:
+    """With ``compare``, the other two arms (:func:`compare_arm` on ``cluster``, each arm's config
+    and ``inputs``) started in ``workers`` processes, to run while the first arm runs here."""
+    if not compare:
+        return contextlib.nullcontext(None)
+    return started(compare_arm, [(cluster, cfg, *inputs) for cfg in compare_configs(base)], workers)
+
+
 def other_arms(
     base: SimConfig,
     sim: Simulation,
     report: dict[str, Any],
-    run: Callable[[SimConfig], Simulation],
-    compare: bool,
-) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[tuple[str, Simulation]]]:
-    """With ``compare``, the two other arms run by ``run`` on ``base``'s inputs, and the first
-    arm's report turned into the comparison; the reports and the runs by arm label."""
+    ahead: Sequence[AsyncResult[Any]] | None,
+    quiet: bool,
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[tuple[str, ArmSeries]] | None]:
+    """With ``ahead``, the other arms of a comparison (:func:`compare_arm` on
+    :func:`compare_configs` of ``base``, started beside ``sim``), waited for, and the first arm's
+    report turned into the comparison; the reports, and the plotted series (None without ``ahead``),
+    by arm label."""
     arms = [(ARM_LABELS[base.arm], report)]
-    runs = [(ARM_LABELS[base.arm], sim)]
-    if compare:
-        for cfg in (
-            dataclasses.replace(base, reclaim=False),
-            dataclasses.replace(base, reclaim=False, enforce=False),
-        ):
-            other = run(cfg)
-            runs.append((ARM_LABELS[cfg.arm], other))
-            arms.append((ARM_LABELS[cfg.arm], build_report(other)))
-        report = compare_reports(arms[0][1], arms[1][1], arms[2][1])
-        arms[0] = (arms[0][0], report)
+    if ahead is None:
+        return report, arms, None
+    runs = [(ARM_LABELS[base.arm], ArmSeries.of(sim))]
+    try:
+        done = finished(ahead, "other arms", quiet)
+    except ValueError as e:  # as the first arm would have said it (its inputs are the same)
+        raise _fail([f"cannot simulate this cluster: {e}"]) from None
+    for cfg, (other, series) in zip(compare_configs(base), done, strict=True):
+        runs.append((ARM_LABELS[cfg.arm], series))
+        arms.append((ARM_LABELS[cfg.arm], other))
+    report = compare_reports(arms[0][1], arms[1][1], arms[2][1])
+    arms[0] = (arms[0][0], report)
     return report, arms, runs
 
 

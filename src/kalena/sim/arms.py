@@ -12,17 +12,26 @@ mean, :data:`RESAMPLES` resamples, its generator seeded so the interval is repro
 
 and production's harm beside them per arm: cpu unmet and cpu lost to interference (core-seconds),
 OOM kills. ``kalena sweep seeds`` runs it; ``bench/bench_arms.py`` records it.
+
+``kalena simulate --compare`` (and ``kalena replay --compare``) runs the other two arms of one
+seed with :func:`compare_arm`, in worker processes beside the first: each sends back its report
+and the :class:`ArmSeries` its plot draws, not the run itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kalena.core.cluster import Cluster
+from kalena.core.resources import CPU
+from kalena.sim.batch import recorded
 from kalena.sim.config import SimConfig
 from kalena.sim.engine import Simulation
+from kalena.sim.recorded import Samples
 from kalena.sim.report import build_report
 
 #: arm -> the SimConfig switches that make it
@@ -59,6 +68,56 @@ def run(cluster: Cluster, hours: float, seed: int, load: float, arm: str) -> dic
     sim.run()
     report = build_report(sim)
     return {k: report[k] for k in (*KEEP, "wall_seconds")}
+
+
+@dataclass(frozen=True, eq=False)
+class ArmSeries:
+    """What ``compare.png`` draws of one arm: a few kilobytes, where the run is hundreds of MB."""
+
+    arm: str  # ``SimConfig.arm``
+    t: np.ndarray  # the sample times, seconds
+    batch_cpu: np.ndarray  # batch cpu in use at each sample: all usage minus production's, cores
+    unallocated_cpu: float  # the cpu no production request holds, cores over every node
+    nodes: int
+    seed: int
+
+    @classmethod
+    def of(cls, sim: Simulation) -> ArmSeries:
+        m = sim.metrics
+        k = m.samples
+        return cls(
+            arm=sim.cfg.arm,
+            t=m.t[:k].copy(),
+            batch_cpu=m.cluster[:k, 3] - m.cluster[:k, 4],
+            unallocated_cpu=float(m.unallocated[:, CPU].sum()),
+            nodes=sim.ledger.n_nodes,
+            seed=sim.cfg.seed,
+        )
+
+
+def compare_configs(base: SimConfig) -> tuple[SimConfig, SimConfig]:
+    """The arms a comparison runs beside ``base`` (reclamation on): without reclamation, then the
+    baseline."""
+    return (
+        dataclasses.replace(base, **ARMS["kalena-no-reclaim"]),
+        dataclasses.replace(base, **ARMS["baseline"]),
+    )
+
+
+def compare_arm(
+    cluster: Cluster,
+    config: SimConfig,
+    batch: dict[str, Any] | None = None,
+    production: Samples | None = None,
+) -> tuple[dict[str, Any], ArmSeries]:
+    """One arm of a comparison, run to its end (in a worker process: its arguments and result
+    are pickled): its report and its plot's series. ``batch``: the arguments of a recorded batch
+    population (:func:`kalena.sim.batch.recorded`), ``production`` recorded usage (``kalena
+    replay``); None: the generated ones."""
+    tasks = None if batch is None else recorded(**batch)
+    sim = Simulation(cluster, config, tasks, production)
+    sim.run()
+    return build_report(sim), ArmSeries.of(sim)
 
 
 def interval(values: list[float], rng: np.random.Generator) -> dict[str, float]:

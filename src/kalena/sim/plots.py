@@ -29,6 +29,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from kalena.core.resources import CPU
+from kalena.sim.arms import ArmSeries
 from kalena.sim.calibration import pareto_front
 from kalena.sim.engine import Simulation
 from kalena.sim.report import ACCURACY_PLOT, COMPARE_PLOT, SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT
@@ -141,20 +142,17 @@ def accuracy_plot(sim: Simulation) -> bytes | None:
     return _png(fig)
 
 
-def compare_plot(arms: list[tuple[str, Simulation]]) -> bytes:
-    """The arms of one ``--compare`` (label, finished run): batch cpu in use and work done."""
+def compare_plot(arms: list[tuple[str, ArmSeries]]) -> bytes:
+    """The arms of one ``--compare`` (label, what its finished run drew): batch cpu in use and work done."""
     fig, (use, work) = plt.subplots(1, 2, figsize=(13, 4.8))
-    for label, sim in arms:
-        m = sim.metrics
-        k = m.samples
-        hours = m.t[:k] / 3600.0
-        batch = m.cluster[:k, 3] - m.cluster[:k, 4]  # all usage minus production's
-        colour = ARM_COLOURS.get(sim.cfg.arm)
-        use.plot(hours, batch, color=colour, lw=1.3, label=label)
+    for label, arm in arms:
+        hours = arm.t / 3600.0
+        colour = ARM_COLOURS.get(arm.arm)
+        use.plot(hours, arm.batch_cpu, color=colour, lw=1.3, label=label)
         # the work integrated sample to sample (the report's figure integrates every tick)
-        done = np.concatenate([[0.0], np.cumsum(np.diff(m.t[:k]) * batch[1:])]) / 3600.0
+        done = np.concatenate([[0.0], np.cumsum(np.diff(arm.t) * arm.batch_cpu[1:])]) / 3600.0
         work.plot(hours, done, color=colour, lw=1.5, label=label)
-    free = float(arms[0][1].metrics.unallocated[:, CPU].sum())
+    free = arms[0][1].unallocated_cpu
     use.axhline(free, color=COLOURS["capacity"], lw=1.0, ls=":", label="unallocated capacity (C - Q)")
     use.set_title("Batch cpu in use")
     use.set_ylabel("cpu cores")
@@ -166,12 +164,12 @@ def compare_plot(arms: list[tuple[str, Simulation]]) -> bytes:
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=8, framealpha=0.9)
     first = arms[0][1]
-    fig.suptitle(f"The arms on the same inputs: {first.ledger.n_nodes} nodes, seed {first.cfg.seed}")
+    fig.suptitle(f"The arms on the same inputs: {first.nodes} nodes, seed {first.seed}")
     fig.tight_layout()
     return _png(fig)
 
 
-def render_plots(sim: Simulation, others: list[tuple[str, Simulation]] | None = None) -> dict[str, bytes]:
+def render_plots(sim: Simulation, others: list[tuple[str, ArmSeries]] | None = None) -> dict[str, bytes]:
     """Every plot of the run as PNG bytes, by file name (the caller writes them, all or none);
     ``others``: the compared arms, the run itself first (labelled)."""
     out = slack_plots(sim)
