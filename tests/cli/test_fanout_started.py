@@ -29,6 +29,17 @@ def test_a_jobs_error_is_raised_where_its_result_is_asked_for():
         finished(p, "jobs", quiet=True)
 
 
+def test_a_failed_job_is_said_at_once_not_after_the_others():
+    """The second job fails while the first still has two minutes to go: the error comes now, and
+    leaving the block stops the first."""
+    t0 = time.monotonic()
+    jobs = [(120.0,), ("not a number",)]
+    with pytest.raises(TypeError), started(time.sleep, jobs, 2) as p:
+        finished(p, "jobs", quiet=True)
+    assert time.monotonic() - t0 < 60.0  # (wide: a loaded machine spawns slowly)
+    assert multiprocessing.active_children() == []
+
+
 def test_leaving_early_stops_the_workers_instead_of_waiting_for_their_jobs():
     """An error in the caller's own work (its run failed, Ctrl-C) ends a two-minute job at once."""
     t0 = time.monotonic()

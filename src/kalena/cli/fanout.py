@@ -138,16 +138,19 @@ def started(
 
 
 def finished(pending: Sequence[AsyncResult[Any]], label: str, quiet: bool = False) -> list[Any]:
-    """The results of :func:`started`'s jobs in job order, waited for with a progress bar; a
-    job's exception is raised here."""
+    """The results of :func:`started`'s jobs in job order, waited for with a progress bar; the
+    first job to fail raises its exception here, without waiting for the others."""
     with progress_bar(label, quiet) as bar:
         task = bar.add_task(label, total=len(pending))
-        for p in pending:
-            while not p.ready():  # (short waits: the bar counts jobs that end out of order)
-                p.wait(0.25)
-                bar.update(task, completed=sum(q.ready() for q in pending))
-        bar.update(task, completed=len(pending))
-    return [p.get() for p in pending]
+        while True:
+            done = [p for p in pending if p.ready()]
+            for p in done:
+                if not p.successful():
+                    p.get()  # raises the job's exception
+            bar.update(task, completed=len(done))
+            if len(done) == len(pending):
+                return [p.get() for p in pending]
+            next(p for p in pending if not p.ready()).wait(0.25)  # (short: jobs end in any order)
 
 
 def workers_of(workers: int) -> int:
