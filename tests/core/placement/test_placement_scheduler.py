@@ -262,6 +262,35 @@ def test_a_class_no_ledger_admits_is_answered_without_a_search_and_the_same_way(
     assert [p.workload.id for p in reuse.placements] == ["a/small", "c/small"]
 
 
+def test_in_a_crowded_pass_a_class_whose_fitting_nodes_its_filters_exclude_is_not_searched(monkeypatch):
+    # n2 has room but a taint no pod tolerates. Class a fills n0 and n1; a's third pod finds no
+    # node, so the pass is crowded. Class b's ledger fits n2 only: the pass answers it from the
+    # fit on the nodes b's own filters leave, without preparing b's checks, and every answer and
+    # placement is the full path's.
+    from kalena.core.placement.scheduler import _Pass
+
+    L = ledger_of([node("n0", cpu=2, ram=16, **REST), node("n1", cpu=2, ram=16, **REST),
+                   node("n2", cpu=8, ram=16, taints=("t",), **REST)])  # fmt: skip
+    pods = [*(batch(f"a/x-{i}", cpu=2, owner="a") for i in range(3)), batch("b/y-0", cpu=1, owner="b")]
+    prepared: list[str] = []
+    checks = _Pass.pod_checks
+
+    def spy(self, pod, cls):  # type: ignore[no-untyped-def]
+        prepared.append(pod.id)
+        return checks(self, pod, cls)
+
+    monkeypatch.setattr(_Pass, "pod_checks", spy)
+    cfg = PlacementConfig(stranded_dims=("cpu", "ram"), relaxed_randomisation=False)
+    reuse = run(L, pods, config=cfg)
+    assert prepared == ["a/x-0", "a/x-1", "a/x-2"]
+    plain = run(L, pods, config=plain_of(cfg))
+    assert key(reuse) == key(plain)
+    assert reuse.stats.nodes_examined == 4 * 2  # as if searched: each pod's class leaves n0 and n1
+    assert [(p.workload.id, p.node) for p in reuse.placements] == [("a/x-0", 0), ("a/x-1", 1)]
+    assert [w.workload_id for w in reuse.pending] == ["a/x-2", "b/y-0"]
+    assert reuse.pending[1].message == plain.pending[1].message
+
+
 def plain_of(config: PlacementConfig) -> PlacementConfig:
     return PlacementConfig(
         stranded_dims=config.stranded_dims, relaxed_randomisation=False, equivalence_reuse=False

@@ -129,6 +129,7 @@ class _Pass:
         self.order = rng.permutation(n) if self.sample else self.all
         self.classes: dict[str, _Class] = {}
         self.examined = 0
+        self.crowded = False  # a search of this pass found no node: look at the fit before searching
         self.unfit: set[Resources] = set()  # requests no node admits in this pass (explain=False)
         self.fit_plugin = next((f for f in filters if isinstance(f, ReservationFit)), None)
         # whether "no node" stays true for a class (decide); spread applies only to pods with it
@@ -212,15 +213,17 @@ class _Pass:
             if not self.explain:  # (an explained answer names the class's own filters)
                 self.unfit.add(pod.requests)
             return self.pending(pod, cls)
-        checks = self.pod_checks(pod, cls)
-        cands = self.search(checks, self.order_of(cls) if cls is not None else self.order)
+        order = self.order_of(cls) if cls is not None else self.order
+        if self.crowded and cls is not None and self.k is None and not cls.fit[1].current()[order].any():
+            # Nor on the nodes the class's own filters leave: the search would find nothing (the
+            # fit is one of its checks), so the pod's other checks are not prepared. (Only once a
+            # search has failed: in a pass with room the look would only add to every search.)
+            self.examined += len(order)
+            return self.nothing_found(pod, cls)
+        cands = self.search(self.pod_checks(pod, cls), order)
         if not len(cands):
-            if cls is not None and self.monotone and not pod.spread and not state.prod_aa.names_pod(pod):
-                # Within a pass a placement only shrinks what a monotone filter admits, so no
-                # later pod of the class fits either (a pod named by production's anti-affinity
-                # is blocked as itself, not as its class).
-                cls.nowhere = True
-            return self.pending(pod, cls)
+            self.crowded = True
+            return self.nothing_found(pod, cls)
         values = self.score(pod, cands)
         if self.k is None:  # candidates ascend: the first maximum is the lowest index among ties
             i = int(values.argmax())
@@ -230,6 +233,15 @@ class _Pass:
         best = float(values.max())
         node = int(cands[values == best].min())  # candidate_sort_key: max score, then lowest index
         return node, best
+
+    def nothing_found(self, pod: WorkloadSpec, cls: _Class | None) -> WhyPending:
+        """Why ``pod`` waits when its search found no node."""
+        if cls is not None and self.monotone and not pod.spread and not self.state.prod_aa.names_pod(pod):
+            # Within a pass a placement only shrinks what a monotone filter admits, so no later
+            # pod of the class fits either (a pod named by production's anti-affinity is blocked
+            # as itself, not as its class).
+            cls.nowhere = True
+        return self.pending(pod, cls)
 
     def pending(self, pod: WorkloadSpec, cls: _Class | None) -> WhyPending:
         """Why ``pod`` waits (unexplained when the pass was asked not to), kept for its class."""
