@@ -209,9 +209,9 @@ class UsageTable:
     """Where a release's container_usage keeps what the replay reads, and what its notes say.
 
     ``id`` is a column's index, the others (index, name) pairs (the name for errors); a note's
-    ``{n}`` is its count. The two releases differ in
-    their columns, in which times lie outside the period (v2017: at or before 0; v2018: the
-    sentinel 0), in how long a sample spans, and in their wording."""
+    ``{n}`` is its count. The two releases differ in their columns, in which times lie outside
+    the period (v2017: at or before 0; v2018: the sentinel 0), in how long a sample spans, and in
+    their wording."""
 
     width: int
     id: int
