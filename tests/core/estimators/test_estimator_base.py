@@ -10,6 +10,7 @@ import pytest
 from kalena.core.estimators import (
     DecayEstimator,
     DecayingHistogram,
+    PeakParams,
     PeakWithMargin,
     append_rows,
     assign_rows,
@@ -116,6 +117,16 @@ def test_appending_rows_of_another_estimator_is_a_type_error() -> None:
     a = DecayEstimator().init(ONES, ONES, [0.0, 0.0])
     b = PeakWithMargin().init(ONES, ONES, [0.0, 0.0])
     with pytest.raises(TypeError, match="cannot combine PeakState rows with DecayState"):
+        append_rows(a, b)
+
+
+def test_rows_of_another_window_are_rejected_naming_the_field_and_both_shapes() -> None:
+    """Peak states of windows 90 and 30: the rows' other axes differ (the ring is axis 0, rows 1)."""
+    a = PeakWithMargin().init(ONES, ONES, [0.0, 0.0])
+    b = PeakWithMargin(PeakParams(window=30)).init(ONES[:1], ONES[:1], [0.0])
+    with pytest.raises(ValueError, match=r"window: rows of shape \(30, 8\) do not match \(90, 8\)"):
+        assign_rows(a, [0], b)
+    with pytest.raises(ValueError, match=r"window: rows of shape \(30, 8\) do not match \(90, 8\)"):
         append_rows(a, b)
 
 

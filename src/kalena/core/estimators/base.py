@@ -259,7 +259,7 @@ def _check_same_kind(state: S, new: S) -> None:
     for k in _row_fields(state):
         a, b = getattr(state, k), getattr(new, k)
         ax = _axis(state, k)
-        mine, theirs = np.delete(a.shape, ax).tolist(), np.delete(b.shape, ax).tolist()
+        mine, theirs = a.shape[:ax] + a.shape[ax + 1 :], b.shape[:ax] + b.shape[ax + 1 :]
         if mine != theirs:
             raise ValueError(f"{k}: rows of shape {tuple(theirs)} do not match {tuple(mine)}")
 
