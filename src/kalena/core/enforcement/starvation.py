@@ -122,7 +122,8 @@ def starvation_nodes(
     floor = np.zeros(w)
     need = np.zeros(w)
     floor_s = floor[s] = np.minimum(config.min_allocation_cores, caps_s)
-    need_s = need[s] = np.maximum(0.0, floor_s - np.nan_to_num(u[s], nan=0.0))
+    # usage is non-negative or NaN (the view's rule): fmax(u, 0) is nan_to_num(u), at a fraction of its cost
+    need_s = need[s] = np.maximum(0.0, floor_s - np.fmax(u[s], 0.0))
     needed = np.bincount(on_s, weights=need_s, minlength=n)
 
     cap = np.full(w, np.inf)
