@@ -16,6 +16,7 @@ import copyreg
 import functools
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing.pool import AsyncResult
@@ -125,8 +126,13 @@ def started(
     """``fn(*job)`` for each job, started at once in at most ``workers`` processes (0: one per
     CPU) while the caller goes on with its own work; :func:`finished` collects them. Leaving the
     block early (an error, Ctrl-C) stops the workers rather than waiting for their jobs."""
-    # spawned, not forked: a fresh interpreter shares none of the caller's threads or open files
-    pool = multiprocessing.get_context("spawn").Pool(processes=max(1, min(workers_of(workers), len(jobs))))
+    # spawned, not forked: a fresh interpreter shares none of the caller's threads or open files;
+    # deaf to Ctrl-C, which reaches the whole process group: the caller stops them (no tracebacks)
+    pool = multiprocessing.get_context("spawn").Pool(
+        processes=max(1, min(workers_of(workers), len(jobs))),
+        initializer=signal.signal,
+        initargs=(signal.SIGINT, signal.SIG_IGN),
+    )
     try:
         yield [pool.apply_async(fn, job) for job in jobs]
     except BaseException:
