@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_testlib import run_kalena
+from cli_testlib import interrupt_kalena, run_kalena
 from typer.testing import CliRunner
 
 from kalena.cli.main import app
@@ -203,50 +203,12 @@ def test_compare_runs_the_other_arms_in_worker_processes_with_the_same_figures(t
     ) == _timeless(report)
 
 
-def _group(pgid: int) -> list[str]:
-    """The command lines of the live processes in process group ``pgid`` (from /proc)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                out.append((d / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except (OSError, ValueError, IndexError):
-            continue  # (gone meanwhile)
-    return out
-
-
 def test_ctrl_c_during_compare_stops_every_process_without_a_traceback(tmp_path):
     """Ctrl-C reaches the whole foreground process group: the command stops its workers, which
     ignore it themselves, so nothing prints a traceback and no process is left behind."""
-    import os
-    import signal
-    import sys
-    import time
-
-    args = [sys.executable, "-m", "kalena.cli.main", "simulate", "--compare", "--hours", "4", "--no-plots"]
-    proc = subprocess.Popen(
-        [*args, "--out", str(tmp_path / "o")], stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 120  # (wide: a loaded machine spawns slowly)
-        while sum("multiprocessing" in c for c in _group(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert sum("multiprocessing" in c for c in _group(proc.pid)) >= 2, "the workers never started"
-        time.sleep(1.0)  # (the workers are simulating)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode != 0
-    assert "Traceback" not in err, err
-    deadline = time.monotonic() + 30
-    while _group(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _group(proc.pid) == []
+    args = ["simulate", "--compare", "--hours", "4", "--no-plots", "--out", str(tmp_path / "o")]
+    code, err, _ = interrupt_kalena(args, tmp_path, working=lambda g: sum("spawn_main" in c for c in g) >= 2)
+    assert code != 0 and "Traceback" not in err, err
     assert not (tmp_path / "o" / "report.json").exists()
 
 

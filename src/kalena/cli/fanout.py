@@ -17,6 +17,7 @@ import functools
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing.pool import AsyncResult
@@ -107,16 +108,42 @@ def run_all(
         if scheduler:
             _on_dask(fn, jobs, scheduler, results, advance)
         else:
-            with ProcessPoolExecutor(max_workers=min(workers_of(workers), len(jobs))) as pool:
+            with _local_pool(min(workers_of(workers), len(jobs))) as pool:
                 futures = {pool.submit(fn, *job): i for i, job in enumerate(jobs)}
                 for f in as_completed(futures):
                     try:
                         results[futures[f]] = f.result()
                     except Exception as e:
-                        pool.shutdown(wait=False, cancel_futures=True)
                         raise JobFailed(futures[f], e) from e
                     advance(futures[f])
     return results
+
+
+def _deaf_to_ctrl_c() -> None:
+    """A worker process's start. Ctrl-C reaches the whole process group and the parent stops its
+    workers itself: a worker that took it would print a traceback, and could leave its pool hung."""
+    if threading.current_thread() is threading.main_thread():  # (a thread pool stands in, in tests)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _local_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """``workers`` local processes, deaf to Ctrl-C. Leaving the block early (a job's error, Ctrl-C)
+    stops them rather than waiting for their jobs; at its end, jobs still outstanding are cancelled."""
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_deaf_to_ctrl_c)
+    try:
+        yield pool
+    except BaseException:
+        # (Python 3.14 has terminate_workers(); before it, the pool's own table of its processes,
+        # taken first: shutting down forgets it)
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in processes:
+            p.terminate()
+        for p in processes:
+            p.join()
+        raise
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 @contextlib.contextmanager
@@ -126,14 +153,19 @@ def started(
     """``fn(*job)`` for each job, started at once in at most ``workers`` processes (0: one per
     CPU) while the caller goes on with its own work; :func:`finished` collects them. Leaving the
     block early (an error, Ctrl-C) stops the workers rather than waiting for their jobs."""
-    # spawned, not forked: a fresh interpreter shares none of the caller's threads or open files;
-    # deaf to Ctrl-C, which reaches the whole process group: the caller stops them (no tracebacks)
-    pool = multiprocessing.get_context("spawn").Pool(
-        processes=max(1, min(workers_of(workers), len(jobs))),
-        initializer=signal.signal,
-        initargs=(signal.SIGINT, signal.SIG_IGN),
-    )
+    # spawned, not forked: a fresh interpreter shares none of the caller's threads or open files.
+    # Ctrl-C is held while the pool starts (a half-made pool could not be stopped), then raised
+    # inside the block below, which stops the workers.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
+        pool = multiprocessing.get_context("spawn").Pool(
+            processes=max(1, min(workers_of(workers), len(jobs))), initializer=_deaf_to_ctrl_c
+        )
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         yield [pool.apply_async(fn, job) for job in jobs]
     except BaseException:
         pool.terminate()
@@ -173,11 +205,8 @@ def submitter(workers: int, scheduler: str | None) -> Iterator[Callable[..., Any
         with _dask_client(scheduler) as client:
             yield functools.partial(client.submit, pure=False)
         return
-    with ProcessPoolExecutor(max_workers=workers_of(workers)) as pool:
-        try:
-            yield pool.submit
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+    with _local_pool(workers_of(workers)) as pool:
+        yield pool.submit
 
 
 def _dask_client(scheduler: str) -> Any:
