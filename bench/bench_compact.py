@@ -29,7 +29,7 @@ from kalena.data import irina_paths
 from kalena.ir import load_cluster
 from kalena.sim import SimConfig, Simulation
 from kalena.sim.checkpoint import run_with_checkpoints, worst
-from machine import write_json  # bench/ is on sys.path when a script runs
+from machine import print_load, write_json  # bench/ is on sys.path when a script runs
 
 #: the command's figures the record keeps beside the arms
 KEPT = ("checkpoint", "extra_nodes_without_reclamation", "validation")
@@ -44,8 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", action="store_true", help="also time one pack of each arm and the run")
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
-    load = os.getloadavg()
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cpus")
+    load = print_load("before")
 
     cmd = [sys.executable, "-m", "kalena.cli.main", "compact", "--json", "--trials", str(args.trials)]
     cmd += ["--batch-hours", f"{args.batch_hours:g}", "--workers", str(args.workers)]
@@ -92,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 "packs_per_trial": float(np.mean([t["packs"] for t in f["trials"]])),
             }
     print(json.dumps(results, indent=2))
-    load = os.getloadavg()
-    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    load = print_load("after")
     write_json(args.json_path, "bench_compact", vars(args), results, load)
     return 0
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from kalena.data import irina_paths
 from kalena.ir import load_cluster
 from kalena.sim import SimConfig, compare_reports
 from kalena.sim.arms import compare_arm, compare_configs
-from machine import write_json  # bench/ is on sys.path when a script runs
+from machine import print_load, write_json  # bench/ is on sys.path when a script runs
 
 
 def timeless(report: Any) -> Any:
@@ -42,8 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-serial", action="store_true", help="only the command")
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
-    load = os.getloadavg()
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cpus")
+    load = print_load("before")
 
     with tempfile.TemporaryDirectory(prefix="kalena-bench-") as out:
         cmd = [sys.executable, "-m", "kalena.cli.main", "simulate", "--compare", "--json", "--no-plots"]
@@ -71,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         results["speedup"] = round(serial_s / command_s, 2)
         results["same_report"] = timeless(json.loads(json.dumps(serial))) == timeless(report)
     print(json.dumps(results, indent=2))
-    load = os.getloadavg()
-    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    load = print_load("after")
     write_json(args.json_path, "bench_compare", vars(args), results, load)
     return 0
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from kalena.traces import alibaba2017, alibaba2018, google2011, google2019
-from machine import write_json  # bench/ is on sys.path when a script runs
+from machine import print_load, write_json  # bench/ is on sys.path when a script runs
 
 DEFAULT_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces"
 
@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", type=Path, default=DEFAULT_TRACES)
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
-    load = os.getloadavg()
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cpus")
+    load = print_load("before")
     results: dict[str, object] = {}
     for fmt, folder, read, kwargs, options in RUNS:
         root = args.traces / folder
@@ -99,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(fmt, json.dumps(results[fmt], indent=2))
     results["reader_process_peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    load = os.getloadavg()
-    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    load = print_load("after")
     write_json(args.json_path, "replay", {"traces": "shared/data/traces"}, results, load)
     return 0
 

@@ -21,14 +21,13 @@ The machine's load is printed with the figures: other processes sharing the core
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 from kalena.data import irina_paths
 from kalena.ir import load_cluster
 from kalena.sim import SimConfig, Simulation, build_report
 from kalena.sim.synthetic import synthetic_cluster
-from machine import write_json  # bench/ is on sys.path when a script runs
+from machine import print_load, write_json  # bench/ is on sys.path when a script runs
 
 
 def _clock() -> tuple[float, float]:
@@ -85,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tick-s", type=float, default=SimConfig().tick_s)
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
-    load = os.getloadavg()
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cpus")
+    load = print_load("before")
     results = {}
     if not args.skip_default:
         r = run(lambda: load_cluster(*irina_paths()), SimConfig(seed=args.seed, tick_s=args.tick_s))
@@ -109,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({r['run_cpu_s']} s cpu), {r['simulated_s_per_wall_s']} simulated s per wall s; "
             f"{r['batch_pods_placed']} batch pods placed; violations {r['restoration_violations']}"
         )
-    load = os.getloadavg()
-    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    load = print_load("after")
     write_json(args.json_path, "bench_simulate", vars(args), results, load)
     return 0
 

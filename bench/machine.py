@@ -21,6 +21,15 @@ def machine_info(**extra: Any) -> dict[str, Any]:
     }
 
 
+def print_load(when: str) -> tuple[float, float, float]:
+    """The load average, printed ``when`` ("before" names the cpus too) and returned: other
+    processes sharing the cores slow every figure."""
+    load = os.getloadavg()
+    cpus = f" on {os.cpu_count()} cpus" if when == "before" else ""
+    print(f"load average {when}: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}{cpus}")
+    return load
+
+
 def write_json(path: str | None, benchmark: str, params: dict[str, Any], results: Any, load: Any) -> None:
     """The benchmark's JSON record (the command, the machine, the parameters, the results) at
     ``path``, when one was given."""
