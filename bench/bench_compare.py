@@ -24,14 +24,8 @@ from kalena.data import irina_paths
 from kalena.ir import load_cluster
 from kalena.sim import SimConfig, compare_reports
 from kalena.sim.arms import compare_arm, compare_configs
+from kalena.sim.report import timeless
 from machine import print_load, write_json  # bench/ is on sys.path when a script runs
-
-
-def timeless(report: Any) -> Any:
-    """A report without what depends on the wall clock or the command line."""
-    if isinstance(report, dict):
-        return {k: timeless(v) for k, v in report.items() if k not in ("wall_seconds", "command")}
-    return report
 
 
 def main(argv: list[str] | None = None) -> int:

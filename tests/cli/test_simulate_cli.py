@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from kalena.cli.main import app
 from kalena.core.enforcement import EvictionCause
+from kalena.sim.report import timeless
 
 runner = CliRunner()
 
@@ -178,12 +179,6 @@ def test_compare_shows_the_three_arms_side_by_side(tmp_path):
         assert 0 <= capped <= unmet + 1e-6
 
 
-def _timeless(report: dict) -> dict:
-    """A report without what depends on the wall clock or the command line."""
-    out = {k: v for k, v in report.items() if k not in ("wall_seconds", "command")}
-    return {k: _timeless(v) if isinstance(v, dict) else v for k, v in out.items()}
-
-
 def test_compare_runs_the_other_arms_in_worker_processes_with_the_same_figures(tmp_path):
     """The two other arms run in spawned worker processes beside the first; their reports are
     those of the same arms run here one after the other, field by field."""
@@ -196,11 +191,11 @@ def test_compare_runs_the_other_arms_in_worker_processes_with_the_same_figures(t
     base = SimConfig(hours=0.1)
     cluster = load_cluster(*irina_paths())
     here = [simulate(cluster, cfg)[1] for cfg in (base, *compare_configs(base))]
-    assert _timeless(report) == _timeless(compare_reports(*here))
+    assert timeless(report) == timeless(compare_reports(*here))
     # one worker runs both other arms, one after the other: the same again
-    assert _timeless(
-        _json_run(tmp_path / "one", "--hours", "0.1", "--compare", "--workers", "1")
-    ) == _timeless(report)
+    assert timeless(_json_run(tmp_path / "one", "--hours", "0.1", "--compare", "--workers", "1")) == timeless(
+        report
+    )
 
 
 def test_ctrl_c_during_compare_stops_every_process_without_a_traceback(tmp_path):

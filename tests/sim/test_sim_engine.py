@@ -17,6 +17,7 @@ from kalena.core.enforcement import EvictionCause, ThrottleConfig
 from kalena.core.resources import CPU, RAM
 from kalena.sim import SimConfig, Simulation, build_report, simulate
 from kalena.sim.params import default_batch
+from kalena.sim.report import timeless
 from kalena.sim.synthetic import synthetic_cluster
 
 HOURS = 1.5
@@ -27,14 +28,16 @@ def cluster():
     return synthetic_cluster(12, 180, seed=3)
 
 
-def _strip(report: dict) -> dict:
-    return {k: v for k, v in report.items() if k != "wall_seconds"}
+def test_a_timeless_report_drops_the_wall_clock_and_the_command_at_any_depth_and_nothing_else():
+    r = {"wall_seconds": 1.0, "command": "kalena", "seed": 5, "arm": {"wall_seconds": 2.0, "x": [1]}}
+    assert timeless(r) == {"seed": 5, "arm": {"x": [1]}}
+    assert r["arm"]["wall_seconds"] == 2.0  # (a copy: the report itself is left as it was)
 
 
 def test_same_seed_same_report_and_another_seed_differs(cluster):
-    a = _strip(simulate(cluster, SimConfig(hours=HOURS, seed=5))[1])
-    b = _strip(simulate(cluster, SimConfig(hours=HOURS, seed=5))[1])
-    c = _strip(simulate(cluster, SimConfig(hours=HOURS, seed=6))[1])
+    a = timeless(simulate(cluster, SimConfig(hours=HOURS, seed=5))[1])
+    b = timeless(simulate(cluster, SimConfig(hours=HOURS, seed=5))[1])
+    c = timeless(simulate(cluster, SimConfig(hours=HOURS, seed=6))[1])
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
     assert a != c
 
@@ -182,7 +185,7 @@ def test_drawing_production_ahead_changes_nothing_where_services_restart(cluster
         by_hand.step(k)
     a, b = build_report(ahead), build_report(by_hand)
     assert a["production_evictions"] + a["production_oom_kills"] > 0  # restarts did happen
-    assert _strip(a) == _strip(b)
+    assert timeless(a) == timeless(b)
     for name in ("x", "y", "bursting"):  # production ends where a run without the thread leaves it
         assert np.array_equal(getattr(ahead.prod, name), getattr(by_hand.prod, name))
     assert ahead.prod.rng.bit_generator.state == by_hand.prod.rng.bit_generator.state

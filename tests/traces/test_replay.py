@@ -131,6 +131,7 @@ def test_compare_replays_the_other_arms_in_worker_processes_on_the_recorded_inpu
     whose arms equal the same arms replayed here (a real ``kalena`` process, spawning its workers)."""
     from kalena.sim import build_report, compare_reports
     from kalena.sim.arms import compare_configs
+    from kalena.sim.report import timeless
 
     root = TRACES / "google-clusterdata-2011-2"
     args = ["replay", "google-2011", str(root), "--machines", "30", "--hours", "0.25", "--compare"]
@@ -148,9 +149,5 @@ def test_compare_replays_the_other_arms_in_worker_processes_on_the_recorded_inpu
         sim = Simulation(inputs.cluster, cfg, tasks=recorded(**inputs.batch), production=production)  # type: ignore[arg-type]
         sim.run()
         here.append(build_report(sim))
-
-    def timeless(r: dict) -> dict:
-        out = {k: v for k, v in r.items() if k not in ("wall_seconds", "command")}
-        return {k: timeless(v) if isinstance(v, dict) else v for k, v in out.items()}
 
     assert timeless(report) == timeless(json.loads(json.dumps(compare_reports(*here))))

@@ -36,6 +36,18 @@ SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT, ACCURACY_PLOT, COMPARE_PLOT = (
 OUTPUT_FILES = (REPORT_FILE, SLACK_CLUSTER_PLOT, SLACK_NODE_PLOT, ACCURACY_PLOT, COMPARE_PLOT)
 
 
+#: The keys of a report that depend on the wall clock or the command line, at any depth.
+UNTIMED_KEYS = ("wall_seconds", "command")
+
+
+def timeless(report: Any) -> Any:
+    """``report`` without :data:`UNTIMED_KEYS`, at any depth: what the same inputs and seed give
+    again, wherever and however the run was made."""
+    if isinstance(report, dict):
+        return {k: timeless(v) for k, v in report.items() if k not in UNTIMED_KEYS}
+    return report
+
+
 def _r(x: float, digits: int = 6) -> float:
     return float(round(float(x), digits)) if math.isfinite(x) else float(x)
 
