@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kalena.core.enforcement import EvictionCause, EvictionConfig, NodeSnapshot, plan_evictions
+from kalena.core.enforcement.eviction import _known_sum
 from kalena.core.model import Tier
 from kalena.core.verdict import ReasonCode
 from kalena.testing.enforcement import Resident, batch_resident, node_snapshot, resident
@@ -388,3 +394,10 @@ def test_victim_carries_what_the_ledger_eviction_commitment_needs() -> None:
         ReasonCode.RESERVATION_LEDGER_BREACH,
     ]
     assert plan.epoch == 7
+
+
+@given(st.lists(st.one_of(st.just(math.nan), st.floats(0, 1e6, allow_nan=False)), min_size=0, max_size=40))
+def test_a_conditions_usage_is_numpys_nansum_bit_for_bit(column: list[float]) -> None:
+    # the plan sums a column's known usage without nansum's copy; the sum must not move by a bit
+    a = np.array(column, dtype=np.float64)
+    assert _known_sum(a) == float(np.nansum(a))

@@ -224,7 +224,7 @@ def plan_evictions(snap: NodeSnapshot, config: EvictionConfig, now: float) -> Ev
         ledger = snap.in_ledger
         condition = NodeCondition(
             dimension=DIMS[d],
-            used=float(np.nansum(snap.usage[ledger, d])),
+            used=_known_sum(snap.usage[ledger, d]),
             reserved=float(eff[ledger, d].sum()),
             capacity=cap,
             triggered=cond_in.triggered_on(d),
@@ -240,7 +240,7 @@ def plan_evictions(snap: NodeSnapshot, config: EvictionConfig, now: float) -> Ev
         else:
             ok = np.flatnonzero(ledger_holds_all(remaining, cap))
             take = int(ok[0]) + 1 if ok.size else len(rows)
-        rise = reservation_rise(snap, d)
+        rise = reservation_rise(snap, d) if take else None  # (only a victim's record names it)
         for i, c in rows[:take]:
             alive[i] = False
             held[i] -= release[i]
@@ -262,6 +262,13 @@ def plan_evictions(snap: NodeSnapshot, config: EvictionConfig, now: float) -> Ev
         for i, d, override, condition, rise in chosen
     )
     return EvictionPlan(snap.node, snap.epoch, now, victims, tuple(pressures))
+
+
+def _known_sum(column: np.ndarray) -> float:
+    """``np.nansum`` of a 1-D column, bit for bit (NaN counts 0, same order), without its copy when
+    nothing is missing (a plan sums two columns a dimension, and most columns are complete)."""
+    missing = np.isnan(column)
+    return float((np.where(missing, 0.0, column) if missing.any() else column).sum())
 
 
 def _victim(
