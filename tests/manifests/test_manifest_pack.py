@@ -307,3 +307,50 @@ def test_compaction_makes_the_hard_rules_of_a_declaration_larger_than_half_the_c
     wl.write_text(yaml.safe_dump(deployment("wide", 3, anti)))  # three is not more than half of six
     c3 = read_cluster([nodes_yaml(tmp_path / "n.yaml", 6), wl]).cluster
     assert relax_large_gangs(c3) is c3 and trial(c3, np.random.default_rng(0)).nodes == 3
+
+
+def _cronjob(name: str, parallelism: int, suspend: object = None, job_suspend: object = None) -> dict:
+    job_spec: dict = {
+        "parallelism": parallelism,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}},
+    }
+    if job_suspend is not None:
+        job_spec["suspend"] = job_suspend
+    spec: dict = {"schedule": "*/5 * * * *", "jobTemplate": {"spec": job_spec}}
+    if suspend is not None:
+        spec["suspend"] = suspend
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_cronjob_counts_its_jobs_pods_and_a_suspended_one_none(tmp_path: Path):
+    suspended_job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "held"},
+        "spec": {
+            "parallelism": 4,
+            "suspend": True,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}},
+        },
+    }
+    docs = [
+        _cronjob("nightly", 2),
+        _cronjob("paused", 3, suspend=True),
+        _cronjob("template-paused", 3, job_suspend=True),
+        _cronjob("resumed", 1, suspend=False),
+        suspended_job,
+    ]
+    wl = tmp_path / "w.yaml"
+    wl.write_text(yaml.safe_dump_all(docs))
+    ids = sorted(w.id for w in read_cluster([wl]).cluster.workloads)
+    # a CronJob's pods need room whenever it fires; suspended, it asks none (the type still exists)
+    assert ids == ["default/nightly-0000", "default/nightly-0001", "default/resumed-0"]
+
+
+def test_a_suspend_that_is_not_a_boolean_is_named(tmp_path: Path):
+    wl = tmp_path / "w.yaml"
+    wl.write_text(yaml.safe_dump_all([_cronjob("nightly", 2, suspend="yes")]))
+    with pytest.raises(IRError) as e:
+        read_cluster([wl])
+    assert 'spec.suspend: must be true or false (value: "yes")' in str(e.value)
+    assert "w.yaml" in str(e.value)

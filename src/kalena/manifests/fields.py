@@ -74,6 +74,16 @@ def string_map(raw: Any, loc: Loc, log: ProblemLog) -> dict[str, str]:
     return out
 
 
+def flag(raw: Any, loc: Loc, log: ProblemLog) -> bool | None:
+    """A boolean field, false when absent (YAML's ``true``/``false``, not a string or a number)."""
+    if raw is None:
+        return False
+    if not isinstance(raw, bool):
+        log.add(loc, "must be true or false", raw)
+        return None
+    return raw
+
+
 def integer(raw: Any, loc: Loc, log: ProblemLog, *, minimum: int, default: int | None = None) -> int | None:
     if raw is None:
         if default is None:

@@ -175,15 +175,21 @@ class _Reader:
     def workload(self, m: dict[str, Any], loc: Loc, log: ProblemLog, kind: str) -> None:
         spec = f.mapping(m.get("spec"), (*loc, "spec"), log, optional=False) or {}
         tloc: Loc = (*loc, "spec")
+        suspended = False  # a suspended Job or CronJob runs no pod until it is resumed
         if kind == "CronJob":
+            suspended = bool(f.flag(spec.get("suspend"), (*tloc, "suspend"), log))
             jt = f.mapping(spec.get("jobTemplate"), (*tloc, "jobTemplate"), log, optional=False) or {}
             tloc = (*tloc, "jobTemplate", "spec")
             spec = f.mapping(jt.get("spec"), tloc, log, optional=False) or {}
+        if kind in ("Job", "CronJob"):
+            suspended = bool(f.flag(spec.get("suspend"), (*tloc, "suspend"), log)) or suspended
         template = f.mapping(spec.get("template"), (*tloc, "template"), log, optional=False) or {}
         tmeta = f.mapping(template.get("metadata"), (*tloc, "template", "metadata"), log) or {}
         meta = f.mapping(m.get("metadata"), (*loc, "metadata"), log, optional=False) or {}
         merged = {"name": meta.get("name"), "namespace": meta.get("namespace"), "labels": tmeta.get("labels")}
         count = self.count(kind, spec, tloc, log)
+        if suspended and count is not None:
+            count = 0
         if count is not None and meta.get("name") is not None:
             self.replicas[f"{meta.get('namespace') or 'default'}/{meta.get('name')}"] = count
         self.pod_type(
@@ -200,8 +206,10 @@ class _Reader:
     @staticmethod
     def count(kind: str, spec: dict[str, Any], loc: Loc, log: ProblemLog) -> int | None:
         """How many pods the workload runs at once: ``replicas`` (default 1); a Job's
-        ``parallelism`` (default 1), at most its ``completions``; none for a DaemonSet (one per
-        node it runs on). At most :data:`MAX_REPLICAS` (a Kubernetes cluster's own scale)."""
+        ``parallelism`` (default 1), at most its ``completions`` (a CronJob's job counts as
+        running: the room it needs each time it fires); none for a DaemonSet (one per node it
+        runs on); the caller makes a suspended Job or CronJob 0. At most :data:`MAX_REPLICAS` (a
+        Kubernetes cluster's own scale)."""
         if kind == "DaemonSet":
             return None
         key = "parallelism" if kind in ("Job", "CronJob") else "replicas"
