@@ -664,7 +664,7 @@ class Ledger:
         # whole rows bit for bit, as ``rs.reservation[rows] = new`` (every live row for a refresh)
         dst, src = as_records(rs.reservation[:h] if rows is None else rs.reservation), as_records(new)
         if rows is None:
-            live = rs.alive[:h]
+            live = rs.alive[:h] if alive is None else alive  # (a refresh passes it: the same rows)
             if dst is not None and src is not None:
                 np.copyto(dst, src, where=live)
             else:
