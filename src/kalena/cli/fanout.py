@@ -19,8 +19,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing.pool import AsyncResult
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 from types import MappingProxyType
 from typing import Annotated, Any
 
@@ -127,21 +126,27 @@ def _deaf_to_ctrl_c() -> None:
 
 
 @contextlib.contextmanager
-def _local_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """``workers`` local processes, deaf to Ctrl-C. Leaving the block early (a job's error, Ctrl-C)
-    stops them rather than waiting for their jobs; at its end, jobs still outstanding are cancelled."""
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_deaf_to_ctrl_c)
+def _local_pool(workers: int, *, spawn: bool = False) -> Iterator[ProcessPoolExecutor]:
+    """``workers`` local processes, deaf to Ctrl-C (forked, or ``spawn``: fresh interpreters). Leaving
+    the block early (a job's error, Ctrl-C) stops them rather than waiting for their jobs; at its
+    end, jobs still outstanding are cancelled."""
+    # (the platform's default context unless spawning, and then only named: a test's thread pool
+    # stands in for the forked one)
+    spawned = {"mp_context": multiprocessing.get_context("spawn")} if spawn else {}
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_deaf_to_ctrl_c, **spawned)
     try:
         yield pool
     except BaseException:
-        # (Python 3.14 has terminate_workers(); before it, the pool's own table of its processes,
-        # taken first: shutting down forgets it)
+        # (Python 3.14 has terminate_workers(); before it, the pool's own table of its processes)
         processes = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
         for p in processes:
             p.terminate()
+        # The pool's manager thread sees them gone: it fails the jobs left, reaps the workers and
+        # closes its pipes. Waited for, not raced: reaping a worker beside it could leave the worker
+        # listed as running, and its pipes closing beside Python 3.11's exit hook printed a traceback.
+        pool.shutdown(wait=True, cancel_futures=True)
         for p in processes:
-            p.join()
+            p.join()  # (reaped already: at once)
         raise
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -149,46 +154,36 @@ def _local_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
 @contextlib.contextmanager
 def started(
     fn: Callable[..., Any], jobs: Sequence[tuple[Any, ...]], workers: int
-) -> Iterator[list[AsyncResult[Any]]]:
+) -> Iterator[list[Future[Any]]]:
     """``fn(*job)`` for each job, started at once in at most ``workers`` processes (0: one per
     CPU) while the caller goes on with its own work; :func:`finished` collects them. Leaving the
     block early (an error, Ctrl-C) stops the workers rather than waiting for their jobs."""
     # spawned, not forked: a fresh interpreter shares none of the caller's threads or open files.
-    # Ctrl-C is held while the pool starts (a half-made pool could not be stopped), then raised
-    # inside the block below, which stops the workers.
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        pool = multiprocessing.get_context("spawn").Pool(
-            processes=max(1, min(workers_of(workers), len(jobs))), initializer=_deaf_to_ctrl_c
-        )
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        raise
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        yield [pool.apply_async(fn, job) for job in jobs]
-    except BaseException:
-        pool.terminate()
-        pool.join()
-        raise
-    pool.close()
-    pool.join()
+    with _local_pool(max(1, min(workers_of(workers), len(jobs))), spawn=True) as pool:
+        # A spawned pool starts a worker inside each submission: Ctrl-C is held until they are
+        # all made (a worker half made could not be stopped), then raised here, which stops them.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pending = [pool.submit(fn, *job) for job in jobs]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        yield pending
 
 
-def finished(pending: Sequence[AsyncResult[Any]], label: str, quiet: bool = False) -> list[Any]:
+def finished(pending: Sequence[Future[Any]], label: str, quiet: bool = False) -> list[Any]:
     """The results of :func:`started`'s jobs in job order, waited for with a progress bar; the
     first job to fail raises its exception here, without waiting for the others."""
     with progress_bar(label, quiet) as bar:
         task = bar.add_task(label, total=len(pending))
         while True:
-            done = [p for p in pending if p.ready()]
-            for p in done:
-                if not p.successful():
-                    p.get()  # raises the job's exception
+            done = [f for f in pending if f.done()]
+            for f in done:
+                if f.exception() is not None:
+                    f.result()  # raises the job's exception
             bar.update(task, completed=len(done))
             if len(done) == len(pending):
-                return [p.get() for p in pending]
-            next(p for p in pending if not p.ready()).wait(0.25)  # (short: jobs end in any order)
+                return [f.result() for f in pending]
+            wait([f for f in pending if not f.done()], timeout=0.25, return_when=FIRST_COMPLETED)
 
 
 def workers_of(workers: int) -> int:

@@ -16,8 +16,8 @@ import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from enum import StrEnum
-from multiprocessing.pool import AsyncResult
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -437,7 +437,7 @@ def simulate(
 
 def beside(
     compare: bool, workers: int, cluster: Cluster, base: SimConfig, *inputs: Any
-) -> contextlib.AbstractContextManager[list[AsyncResult[Any]] | None]:
+) -> contextlib.AbstractContextManager[list[Future[Any]] | None]:
     """With ``compare``, the other two arms (:func:`compare_arm` on ``cluster``, each arm's config
     and ``inputs``) started in ``workers`` processes, to run while the first arm runs here."""
     if not compare:
@@ -449,7 +449,7 @@ def other_arms(
     base: SimConfig,
     sim: Simulation,
     report: dict[str, Any],
-    ahead: Sequence[AsyncResult[Any]] | None,
+    ahead: Sequence[Future[Any]] | None,
     quiet: bool,
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[tuple[str, ArmSeries]] | None]:
     """With ``ahead``, the other arms of a comparison (:func:`compare_arm` on
