@@ -227,17 +227,19 @@ def _pod(name: str) -> dict:
     }
 
 
-def test_replicas_and_a_jobs_parallelism_unroll_like_ir_declarations(tmp_path: Path):
-    job = {
+def _job(name: str, parallelism: int, **spec: object) -> dict:
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}
+    return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "crunch", "namespace": "ml"},
-        "spec": {
-            "parallelism": 5,
-            "completions": 3,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}},
-        },
+        "metadata": {"name": name},
+        "spec": {"parallelism": parallelism, **spec, "template": template},
     }
+
+
+def test_replicas_and_a_jobs_parallelism_unroll_like_ir_declarations(tmp_path: Path):
+    job = _job("crunch", 5, completions=3)
+    job["metadata"]["namespace"] = "ml"
     wl = tmp_path / "w.yaml"
     wl.write_text(yaml.safe_dump_all([deployment("web", 2, {}), job, _pod("solo")]))
     c = read_cluster([wl]).cluster
@@ -310,12 +312,7 @@ def test_compaction_makes_the_hard_rules_of_a_declaration_larger_than_half_the_c
 
 
 def _cronjob(name: str, parallelism: int, suspend: object = None, job_suspend: object = None) -> dict:
-    job_spec: dict = {
-        "parallelism": parallelism,
-        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}},
-    }
-    if job_suspend is not None:
-        job_spec["suspend"] = job_suspend
+    job_spec = _job(name, parallelism, **({} if job_suspend is None else {"suspend": job_suspend}))["spec"]
     spec: dict = {"schedule": "*/5 * * * *", "jobTemplate": {"spec": job_spec}}
     if suspend is not None:
         spec["suspend"] = suspend
@@ -323,16 +320,7 @@ def _cronjob(name: str, parallelism: int, suspend: object = None, job_suspend: o
 
 
 def test_a_cronjob_counts_its_jobs_pods_and_a_suspended_one_none(tmp_path: Path):
-    suspended_job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "held"},
-        "spec": {
-            "parallelism": 4,
-            "suspend": True,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}},
-        },
-    }
+    suspended_job = _job("held", 4, suspend=True)
     docs = [
         _cronjob("nightly", 2),
         _cronjob("paused", 3, suspend=True),
