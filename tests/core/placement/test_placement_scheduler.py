@@ -361,3 +361,77 @@ def test_a_request_no_node_admits_is_answered_once_for_every_class_that_asks_it(
     # one search over the 3 nodes for the unfit request (then none), one for the pod that fits
     assert quiet.stats.nodes_examined == 3 + 3
     assert told.stats.nodes_examined > quiet.stats.nodes_examined
+
+
+class _Unkeyed:
+    """A per-class filter with its ``class_key`` hidden: the pass works out its nodes per class."""
+
+    def __init__(self, inner):  # type: ignore[no-untyped-def]
+        self.inner, self.name, self.per_class = inner, inner.name, inner.per_class
+        self.monotone = getattr(inner, "monotone", False)
+
+    def prepare(self, pod, state):  # type: ignore[no-untyped-def]
+        return self.inner.prepare(pod, state)
+
+
+class _Counted(_Unkeyed):
+    """The same filter, keyed, counting how often the pass prepares it."""
+
+    def __init__(self, inner):  # type: ignore[no-untyped-def]
+        super().__init__(inner)
+        self.prepared = 0
+
+    def prepare(self, pod, state):  # type: ignore[no-untyped-def]
+        self.prepared += 1
+        return self.inner.prepare(pod, state)
+
+    def class_key(self, pod, state):  # type: ignore[no-untyped-def]
+        return self.inner.class_key(pod, state)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_classes_the_per_class_filters_key_alike_share_their_nodes_with_the_same_decisions(seed):
+    """Random nodes (two zones, some tainted) and jobs (selector, toleration, gpu, size), with
+    cooldowns, harmful pairings and slack-ineligible nodes: the pass that works out the per-class
+    filters' nodes once per combination of their keys decides exactly as the one that works them
+    out per class, and does work them out fewer times once jobs repeat a combination."""
+    from kalena.core.placement.filters import DEFAULT_FILTERS, EvictionCooldown
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 9))
+    nodes = [
+        node(f"n{i}", cpu=int(rng.integers(2, 9)), ram=16, labels={"zone": "ab"[i % 2]},
+             taints=("t",) if rng.random() < 0.3 else (), **REST)
+        for i in range(n)
+    ]  # fmt: skip
+    L = ledger_of(nodes)
+    jobs = int(rng.integers(2, 12))
+    pods = [
+        batch(
+            f"j{j}/p-{k}",
+            owner=f"j{j}",
+            cpu=1 + j % 3,
+            gpu=1 if j == 5 else 0,
+            node_selector={"zone": "a"} if j % 4 == 1 else None,
+            tolerations=("t",) if j % 3 == 2 else (),
+        )
+        for j in range(jobs)
+        for k in range(int(rng.integers(1, 4)))
+    ]
+    cooling = {(f"j{j}", int(rng.integers(n))): 100.0 for j in range(jobs) if rng.random() < 0.3}
+    harmful = frozenset((f"j{j}", int(rng.integers(n))) for j in range(jobs) if rng.random() < 0.2)
+    ctx = SchedulingContext(now=10.0, cooldowns=cooling, blacklist=harmful, eligible=rng.random(n) < 0.8)
+    counted = [_Counted(f) if f.per_class else f for f in DEFAULT_FILTERS]
+    unkeyed = [_Unkeyed(f) if f.per_class else f for f in DEFAULT_FILTERS]
+    cfg = PlacementConfig(stranded_dims=("cpu", "ram"), relaxed_randomisation=False)
+    keyed = schedule(pods, L, ctx, cfg, np.random.default_rng(0), filters=counted, explain=False)
+    plain = schedule(pods, L, ctx, cfg, np.random.default_rng(0), filters=unkeyed, explain=False)
+    assert key(keyed) == key(plain) and keyed.stats == plain.stats
+    cooldown = next(f for f in counted if isinstance(getattr(f, "inner", None), EvictionCooldown))
+    # (a class is prepared at most once; classes alike share it: at most one per combination)
+    assert cooldown.prepared <= keyed.stats.classes
+    combos = {(p.requests.values[2] > 0, tuple(p.node_selector.items()), p.tolerations,
+               p.owner if any(k == p.owner for k, _ in cooling) else None,
+               p.owner if any(k == p.owner for k, _ in harmful) else None) for p in pods}  # fmt: skip
+    assert cooldown.prepared <= len(combos)

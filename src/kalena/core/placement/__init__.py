@@ -5,7 +5,7 @@ from kalena.core.placement.cache import PlacementCache, ScoreCache
 from kalena.core.placement.config import PlacementConfig, SchedulingContext
 from kalena.core.placement.context import ContextKeeper
 from kalena.core.placement.evaluate import Evaluation, evaluate
-from kalena.core.placement.filters import DEFAULT_FILTERS, Filter, NodeCheck
+from kalena.core.placement.filters import DEFAULT_FILTERS, Filter, KeyedFilter, NodeCheck
 from kalena.core.placement.nodeindex import NodeIndex
 from kalena.core.placement.scheduler import (
     ScheduleStats,
@@ -37,6 +37,7 @@ __all__ = [
     "ContextKeeper",
     "Evaluation",
     "Filter",
+    "KeyedFilter",
     "NodeCheck",
     "NodeIndex",
     "PassState",

@@ -7,14 +7,18 @@ The runner stamps the plugin name into each :class:`~kalena.core.verdict.Status`
 
 ``per_class = True`` marks rules whose answer depends only on what an equivalence class shares
 (requests, nodeSelector, tolerations, equivalence key) and on the pass context, so the scheduler
-evaluates them once per class per pass. ``monotone = True`` marks rules whose admitted nodes a
-placement in the pass can only shrink (the ledger's room, a namespace's cap, anti-affinity); when
-every rule that applies is, a class that found no node finds none for the rest of the pass.
+evaluates them once per class per pass. Such a rule may also give ``class_key(pod, state)``, a
+hashable value: two pods with equal keys are admitted by the rule on the same nodes in the pass
+(most batch classes differ in nothing these rules read). When every per-class rule gives one, the
+scheduler works out their nodes once per distinct combination of keys, not once per class.
+``monotone = True`` marks rules whose admitted nodes a placement in the pass can only shrink (the
+ledger's room, a namespace's cap, anti-affinity); when every rule that applies is, a class that
+found no node finds none for the rest of the pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,6 +43,12 @@ class Filter(Protocol):
     per_class: bool
 
     def prepare(self, pod: WorkloadSpec, state: PassState) -> NodeCheck | None: ...
+
+
+class KeyedFilter(Filter, Protocol):
+    """A per-class rule that says which pods it treats alike (module docstring)."""
+
+    def class_key(self, pod: WorkloadSpec, state: PassState) -> Hashable: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -86,6 +96,9 @@ class GpuRequested:
         if gpu <= 0:
             return None
         return _all_fail(state, Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=gpu))
+
+    def class_key(self, pod: WorkloadSpec, state: PassState) -> Hashable:
+        return pod.requests.values[GPU] > 0
 
 
 class PodCount:
@@ -140,6 +153,9 @@ class SlackEligible:
             return None
         return MaskCheck(state.eligible, (Reason(ReasonCode.NODE_SLACK_INELIGIBLE),))
 
+    def class_key(self, pod: WorkloadSpec, state: PassState) -> Hashable:
+        return None  # the same nodes for every pod
+
 
 class NodeSelector:
     name = "NodeSelector"
@@ -150,6 +166,9 @@ class NodeSelector:
         if not pod.node_selector and pod.node_names is None:
             return None
         return MaskCheck(node_rule_mask(pod, state), (Reason(ReasonCode.NODE_SELECTOR_MISMATCH),))
+
+    def class_key(self, pod: WorkloadSpec, state: PassState) -> Hashable:
+        return (tuple(sorted(pod.node_selector.items())) if pod.node_selector else (), pod.node_names)
 
 
 def node_rule_mask(pod: WorkloadSpec, state: PassState) -> np.ndarray:
@@ -182,6 +201,9 @@ class TaintToleration:
             whys.append((Reason(ReasonCode.UNTOLERATED_TAINT, detail=bad),))
         return TableCheck(idx.toleration_mask(pod.tolerations), idx.taint_group, tuple(whys))
 
+    def class_key(self, pod: WorkloadSpec, state: PassState) -> Hashable:
+        return pod.tolerations
+
 
 class EvictionCooldown:
     """An evicted class may not return to the node it was evicted from before ``until``."""
@@ -209,6 +231,9 @@ class EvictionCooldown:
         )
         return TableCheck(ok, row, whys)
 
+    def class_key(self, pod: WorkloadSpec, state: PassState) -> Hashable:
+        return pod.equivalence_key if pod.equivalence_key in state.cooling else None
+
 
 class HarmfulPairing:
     """Pairings of (equivalence key, node) known to crash or thrash are never repeated (Borg)."""
@@ -224,6 +249,9 @@ class HarmfulPairing:
         ok = np.ones(state.n, dtype=bool)
         ok[nodes] = False
         return MaskCheck(ok, (Reason(ReasonCode.HARMFUL_PAIRING),))
+
+    def class_key(self, pod: WorkloadSpec, state: PassState) -> Hashable:
+        return pod.equivalence_key if pod.equivalence_key in state.blacklisted else None
 
 
 @dataclass(slots=True, eq=False)

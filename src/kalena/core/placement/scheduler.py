@@ -24,7 +24,7 @@ answered before any per-pod work (a backlog's pods are mostly such pods).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,6 +119,14 @@ class _Pass:
         self.explain = explain
         self.filters, self.scores = tuple(filters), tuple(scores)
         self.per_pod = tuple(f for f in self.filters if not f.per_class)
+        self.per_class = tuple(f for f in self.filters if f.per_class)
+        # the per-class rules' nodes by their keys, when every one of them gives its key (filters)
+        keys = [getattr(f, "class_key", None) for f in self.per_class]
+        self.class_keys: list[Callable[[WorkloadSpec, PassState], Hashable]] | None = (
+            keys if all(callable(k) for k in keys) else None  # type: ignore[assignment]
+        )
+        self.orders: dict[tuple[Hashable, ...], np.ndarray] = {}
+        self.fits: dict[Resources, Prepared] = {}  # the fit by request vector: it reads nothing else
         # (plugin, weight) for every term with a non-zero weight, looked up once per pass
         self.weighted = tuple((sc, w) for sc in self.scores if (w := config.weight(sc.name)))
         n = state.n
@@ -165,24 +173,34 @@ class _Pass:
         cls = self.classes.get(pod.equivalence_key)
         if cls is not None and same_class(cls.rep, pod):
             return cls
-        fit: Prepared = (
-            ("ReservationFit", self.fit_plugin.prepare_class(pod, self.state))
-            if self.fit_plugin is not None
-            else ("ReservationFit", _NoCheck())
-        )
+        fit = self.fits.get(pod.requests)
+        if fit is None:
+            fit = self.fits[pod.requests] = (
+                ("ReservationFit", self.fit_plugin.prepare_class(pod, self.state))
+                if self.fit_plugin is not None
+                else ("ReservationFit", _NoCheck())
+            )
         cls = _Class(pod, fit)
         if pod.equivalence_key not in self.classes:  # a mismatching pod gets a one-off class
             self.classes[pod.equivalence_key] = cls
         return cls
 
     def order_of(self, cls: _Class) -> np.ndarray:
-        """The nodes passing the class's per-class filters, in search order (computed once)."""
+        """The nodes passing the class's per-class filters, in search order (computed once per
+        class, and once per combination of the filters' keys when they all give one)."""
         if cls.order is None:
             state = self.state
-            static = feasible(prepare([f for f in self.filters if f.per_class], cls.rep, state), self.all)
-            mask = np.zeros(state.n, dtype=bool)
-            mask[static] = True
-            cls.order = self.order[mask[self.order]]
+            keys = self.class_keys
+            key = None if keys is None else tuple(k(cls.rep, state) for k in keys)
+            order = None if key is None else self.orders.get(key)
+            if order is None:
+                static = feasible(prepare(self.per_class, cls.rep, state), self.all)
+                mask = np.zeros(state.n, dtype=bool)
+                mask[static] = True
+                order = self.order[mask[self.order]]
+                if key is not None:
+                    self.orders[key] = order
+            cls.order = order
         return cls.order
 
     def pod_checks(self, pod: WorkloadSpec, cls: _Class | None) -> list[Prepared]:
