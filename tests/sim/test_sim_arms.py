@@ -102,3 +102,44 @@ def test_a_pods_story_has_every_step_and_says_why_it_waits():
     late = int(np.flatnonzero(states < 0)[0]) if (states < 0).any() else None
     if late is not None:  # a pod the run never reached
         assert task_story(sim, late)["state_at_end"] == "not submitted"
+
+
+def test_the_kernels_screen_finds_every_node_a_node_by_node_sum_finds():
+    """The baseline's kernel judges every node every tick. It sums them all at once first and sums
+    node by node only those near their capacity: the nodes it kills on are exactly those the
+    node-by-node rule picks. At one tick two nodes' memory is set a hair (1e-9) above and below
+    their capacity, well inside the screen's margin, so the exact sums decide."""
+    from kalena.sim import memory
+
+    class Judged(Simulation):
+        def _oom(self, now, triggered):  # type: ignore[no-untyped-def]
+            rs, t, nc = self.ledger.row_arrays(), self.table, memory.DIMS_NC
+            live = np.flatnonzero(rs.alive[: rs.high])
+            if now == 600.0:  # the hair's breadth, on the first two nodes with three rows or more
+                busy = [n for n in range(self.ledger.n_nodes) if np.count_nonzero(rs.node[live] == n) >= 3]
+                for n, side in zip(busy[:2], (1.0 + 1e-9, 1.0 - 1e-9), strict=True):
+                    on = live[rs.node[live] == n]
+                    t.limit[on, RAM] = np.inf
+                    t.usage[on, RAM] = self.cap[n, RAM] * side / len(on)
+                self.hair = busy[:2]
+            want = set()
+            for n in np.flatnonzero(triggered[:, nc].any(axis=1)).tolist():
+                on = live[rs.node[live] == n]
+                if len(on) and np.any(np.nansum(t.usage[on][:, nc], axis=0) > self.cap[n, nc]):
+                    want.add(n)
+            over_limit = live[(t.usage[live][:, nc] > t.limit[live][:, nc]).any(axis=1)]
+            want |= set(rs.node[over_limit].tolist())
+            self.got = set()
+            super()._oom(now, triggered)
+            assert self.got == want, (now, sorted(self.got), sorted(want))
+            if now == 600.0:
+                self.at_hair = self.got
+
+        def _kill_over(self, nodes, now):  # type: ignore[no-untyped-def]
+            self.got = set(nodes)
+            super()._kill_over(nodes, now)
+
+    sim = Judged(CLUSTER, SimConfig(hours=0.5, seed=0, reclaim=False, enforce=False))
+    sim.run()
+    above, below = sim.hair
+    assert above in sim.at_hair and below not in sim.at_hair

@@ -33,6 +33,7 @@ from kalena.archive import Archive, ArchiveEvent
 from kalena.core.cluster import Cluster
 from kalena.core.config import make_estimator
 from kalena.core.controller import (
+    SCREEN_RTOL,
     NodeSignals,
     RoundDecision,
     RoundState,
@@ -630,9 +631,18 @@ class Simulation:
         node = rs.node[:h]
         nodes = set(node[over_limit].tolist())
         trig = triggered[:, nc].any(axis=1)
-        if trig.any():  # the triggered nodes' rows, grouped by node, each group ascending
+        if trig.any():
             rows = np.flatnonzero(alive)
             rows = rows[trig[node[rows]]]
+            # All the triggered nodes' sums at once first (the baseline's kernel judges every node,
+            # every tick): ``bincount`` adds in another order than the exact sum below, so a node
+            # within SCREEN_RTOL of its capacity is judged exactly too (the terms are >= 0).
+            on, near = node[rows], np.zeros(led.n_nodes, dtype=bool)
+            for d in nc.tolist():
+                used = np.bincount(on, weights=np.fmax(t.usage[rows, d], 0.0), minlength=led.n_nodes)
+                near |= used * (1.0 + SCREEN_RTOL) > self.cap[:, d]
+            trig &= near
+            rows = rows[trig[on]]  # the remaining nodes' rows, grouped by node, each group ascending
             grouped, bounds = rows_by_node(rows, node[rows], led.n_nodes)
             for n in np.flatnonzero(trig).tolist():
                 grp = grouped[bounds[n] : bounds[n + 1]]

@@ -8,6 +8,7 @@ See README.md. ``node_round(view, state, config, now)`` is pure: a shell builds 
 from kalena.core.controller.config import RoundConfig
 from kalena.core.controller.estimation import estimator_limits
 from kalena.core.controller.round import (
+    SCREEN_RTOL,
     NodeActions,
     RoundDecision,
     RoundPolicy,
@@ -19,6 +20,7 @@ from kalena.core.controller.state import RoundState
 from kalena.core.controller.view import NodeSignals, spec_limits, view_from_ledger
 
 __all__ = [
+    "SCREEN_RTOL",
     "NodeActions",
     "NodeSignals",
     "RoundConfig",
