@@ -536,11 +536,7 @@ class Simulation:
         m.counts["starvation_caps"] += int(np.isfinite(d.starvation.cap).sum())
         self._lifecycle(view.is_batch & ~d.gone, rows, d.below_request, now)
         self._oom(now, d.triggered)
-        seen = self._memory_seen
-        if seen is not None and seen[0] == self._rows_version:
-            self.memory_after = seen[1]  # the round changes no memory usage and no row went: they stand
-        else:
-            self.memory_after = self._node_memory()
+        self.memory_after = self._memory_now()
 
     def _kernel_only(self, now: float) -> None:
         """The baseline arm's tick where Kalena's round would be: nobody throttles, caps or evicts;
@@ -581,6 +577,14 @@ class Simulation:
         s = NodeSignals.quiet(self.ledger.n_nodes)
         s.psi_some[:, CPU] = self.psi
         return s
+
+    def _memory_now(self) -> np.ndarray:
+        """:meth:`_node_memory` now: the kernel's look before the round, while no row has come or
+        gone since (the round changes no memory usage), else summed again."""
+        seen = self._memory_seen
+        if seen is not None and seen[0] == self._rows_version:
+            return seen[1]
+        return self._node_memory()
 
     def _node_memory(self) -> np.ndarray:
         """(N, 2) ram and storage in use per node, over the live rows."""
@@ -632,17 +636,12 @@ class Simulation:
         nodes = set(node[over_limit].tolist())
         trig = triggered[:, nc].any(axis=1)
         if trig.any():
+            # Every node's sums at once first (the baseline's kernel judges every node, every
+            # tick): they add in another order than the exact sum below, so a node within
+            # SCREEN_RTOL of its capacity is judged exactly too (the terms are >= 0).
+            trig &= (self._memory_now() * (1.0 + SCREEN_RTOL) > self.cap[:, nc]).any(axis=1)
             rows = np.flatnonzero(alive)
-            rows = rows[trig[node[rows]]]
-            # All the triggered nodes' sums at once first (the baseline's kernel judges every node,
-            # every tick): ``bincount`` adds in another order than the exact sum below, so a node
-            # within SCREEN_RTOL of its capacity is judged exactly too (the terms are >= 0).
-            on, near = node[rows], np.zeros(led.n_nodes, dtype=bool)
-            for d in nc.tolist():
-                used = np.bincount(on, weights=np.fmax(t.usage[rows, d], 0.0), minlength=led.n_nodes)
-                near |= used * (1.0 + SCREEN_RTOL) > self.cap[:, d]
-            trig &= near
-            rows = rows[trig[on]]  # the remaining nodes' rows, grouped by node, each group ascending
+            rows = rows[trig[node[rows]]]  # the nodes left's rows, grouped by node, each group ascending
             grouped, bounds = rows_by_node(rows, node[rows], led.n_nodes)
             for n in np.flatnonzero(trig).tolist():
                 grp = grouped[bounds[n] : bounds[n + 1]]
