@@ -2,6 +2,8 @@
 
     python bench/bench_simulate.py [--json PATH] [--skip-default] [--skip-scaling]
                                    [--nodes 5000] [--pods 100000] [--scaling-hours 1] [--tick-s 10]
+                                   [--arm kalena|kalena-no-reclaim|baseline]
+                                   [--estimator decay|peak|histogram]
 
 Default run: exactly ``kalena simulate`` with no arguments minus the plots: load the bundled Irina
 documents, build the simulation (batch population included), run 8,640 ticks of 10 s (plus the 2 h
@@ -13,7 +15,10 @@ Scaling run: ``synthetic_cluster(5000, 100000)`` (Irina's node shapes, 100,000 p
 model (a 48 h warm start plus the hour's arrivals: about 200,000 batch pods placed).
 
 ``--tick-s`` runs both at another tick than the simulator's 10 s (what a coarser tick would buy, and
-what it changes: the outcome figures are reported beside the times).
+what it changes: the outcome figures are reported beside the times). ``--arm`` and ``--estimator``
+run both as ``kalena simulate``'s ``--no-reclaim`` / ``--baseline`` and ``--estimator`` do. Two
+trees compare side by side with one core each: ``taskset -c 0 env PYTHONPATH=OLD/src python
+bench/bench_simulate.py ...`` beside ``taskset -c 1 python bench/bench_simulate.py ...``.
 
 The machine's load is printed with the figures: other processes sharing the cores slow every figure.
 """
@@ -23,9 +28,11 @@ from __future__ import annotations
 import argparse
 import time
 
+from kalena.core.config import ESTIMATORS, PolicyConfig
 from kalena.data import irina_paths
 from kalena.ir import load_cluster
 from kalena.sim import SimConfig, Simulation, build_report
+from kalena.sim.arms import ARMS
 from kalena.sim.synthetic import synthetic_cluster
 from machine import print_load, write_json  # bench/ is on sys.path when a script runs
 
@@ -82,12 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scaling-hours", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tick-s", type=float, default=SimConfig().tick_s)
+    ap.add_argument("--arm", choices=sorted(ARMS), default="kalena")
+    ap.add_argument("--estimator", choices=ESTIMATORS, default="decay")
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
     load = print_load("before")
     results = {}
+    chosen = {"policy": PolicyConfig(estimator=args.estimator), **ARMS[args.arm]}
     if not args.skip_default:
-        r = run(lambda: load_cluster(*irina_paths()), SimConfig(seed=args.seed, tick_s=args.tick_s))
+        r = run(lambda: load_cluster(*irina_paths()), SimConfig(seed=args.seed, tick_s=args.tick_s, **chosen))
         results["default"] = r
         print(
             f"default (24 h, Irina): total {r['total_wall_s']} s wall ({r['total_cpu_s']} s cpu); run "
@@ -97,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             f"escalations {r['escalations']}; violations {r['restoration_violations']}"
         )
     if not args.skip_scaling:
-        cfg = SimConfig(hours=args.scaling_hours, seed=args.seed, tick_s=args.tick_s)
+        cfg = SimConfig(hours=args.scaling_hours, seed=args.seed, tick_s=args.tick_s, **chosen)
         r = run(lambda: synthetic_cluster(args.nodes, args.pods, seed=args.seed), cfg)
         results["scaling"] = r
         print(
