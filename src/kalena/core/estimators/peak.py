@@ -263,7 +263,9 @@ def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float, out: np.ndarray
     """:func:`window_quantile` read from the top-k (k, W, 8), descending along the first axis: the
     sorted sample s_j is ``top[n - 1 - j]``; meaningless where n_valid == 0 (the caller holds r).
 
-    The ranks and the interpolation weight depend on n alone, so they are looked up per n.
+    The ranks and the interpolation weight depend on n alone: every cell is read as the fullest
+    windows are (one weight, a scalar), then the cells of windows with fewer samples (still
+    filling, or with gaps) are read again, exactly, with their own ranks and weight.
     """
     k = top.shape[0]
     most = int(n_valid.max(initial=0))
@@ -278,22 +280,19 @@ def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float, out: np.ndarray
     frac_of = pos - below
     lo_c, hi_c = int(lo_of[most]), int(hi_of[most])  # the columns the fullest windows read
     d = np.subtract(top[hi_c], top[lo_c], dtype=np.float64, out=out)  # NaN where a row has no sample
-    d *= frac_of[n_valid] if least != most else frac_of[most]
+    d *= frac_of[most]
     d += top[lo_c]
-    # the rows whose count reads other columns (a window still filling, most often), exactly
-    # (not n = 0: those rows hold r whatever is read, and a simulator keeps many such spare rows)
-    other = np.flatnonzero((lo_of != lo_c) | (hi_of != hi_c))
-    other = other[other > 0]
-    if len(other) and int(other[-1]) >= least:
-        reads_other = np.zeros(most + 1, dtype=bool)  # per count: a lookup, not isin's search
-        reads_other[other] = True
-        rows = np.flatnonzero(np.take(reads_other, n_valid.reshape(-1)))
+    if least != most:
+        # (not n = 0: those rows hold r whatever is read, and a simulator keeps many such spare rows;
+        # comparing is cheaper than looking each count up)
+        flat_n = n_valid.reshape(-1)
+        rows = np.flatnonzero((flat_n != most) & (flat_n != 0))
         if len(rows):
-            n_r = n_valid.reshape(-1)[rows]
+            n_r = flat_n[rows]
             flat = top.reshape(k, -1)
             lo = flat[lo_of[n_r], rows].astype(np.float64)
             hi = flat[hi_of[n_r], rows].astype(np.float64)
-            d.reshape(-1)[rows] = lo + frac_of[n_r] * (hi - lo)
+            d.reshape(-1)[rows] = lo + frac_of[n_r] * (hi - lo)  # the same sum as above, reordered
     return d
 
 
