@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Annotated, Any
 
 import typer
+from rich.progress import Progress
 
 from kalena.cli.screen import bad_input, progress_bar
 from kalena.core.cluster import Cluster
@@ -96,26 +97,35 @@ def run_all(
     results: list[Any] = [None] * len(jobs)
     if not jobs:
         return results
-    with progress_bar(label, quiet) as bar:
-        task = bar.add_task(label, total=len(jobs))
-
-        def advance(i: int) -> None:
-            if done is not None:
-                done(i, results[i])
-            bar.advance(task)
-
-        if scheduler:
-            _on_dask(fn, jobs, scheduler, results, advance)
-        else:
-            with _local_pool(min(workers_of(workers), len(jobs))) as pool:
-                futures = {pool.submit(fn, *job): i for i, job in enumerate(jobs)}
-                for f in as_completed(futures):
-                    try:
-                        results[futures[f]] = f.result()
-                    except Exception as e:
-                        raise JobFailed(futures[f], e) from e
-                    advance(futures[f])
+    if scheduler:
+        with progress_bar(label, quiet) as bar:
+            _on_dask(fn, jobs, scheduler, results, _advancer(bar, label, results, done))
+        return results
+    # the workers are forked on entering the pool, before the bar's thread starts (``_local_pool``)
+    with _local_pool(min(workers_of(workers), len(jobs))) as pool, progress_bar(label, quiet) as bar:
+        advance = _advancer(bar, label, results, done)
+        futures = {pool.submit(fn, *job): i for i, job in enumerate(jobs)}
+        for f in as_completed(futures):
+            try:
+                results[futures[f]] = f.result()
+            except Exception as e:
+                raise JobFailed(futures[f], e) from e
+            advance(futures[f])
     return results
+
+
+def _advancer(
+    bar: Progress, label: str, results: list[Any], done: Callable[[int, Any], None] | None
+) -> Callable[[int], None]:
+    """What to do as job ``i`` ends: tell ``done``, then move the bar on."""
+    task = bar.add_task(label, total=len(results))
+
+    def advance(i: int) -> None:
+        if done is not None:
+            done(i, results[i])
+        bar.advance(task)
+
+    return advance
 
 
 def _deaf_to_ctrl_c() -> None:
@@ -127,14 +137,20 @@ def _deaf_to_ctrl_c() -> None:
 
 @contextlib.contextmanager
 def _local_pool(workers: int, *, spawn: bool = False) -> Iterator[ProcessPoolExecutor]:
-    """``workers`` local processes, deaf to Ctrl-C (forked, or ``spawn``: fresh interpreters). Leaving
-    the block early (a job's error, Ctrl-C) stops them rather than waiting for their jobs; at its
-    end, jobs still outstanding are cancelled."""
+    """``workers`` local processes, deaf to Ctrl-C (forked on entry, or ``spawn``: fresh interpreters,
+    started by the submissions). Leaving the block early (a job's error, Ctrl-C) stops them rather
+    than waiting for their jobs; at its end, jobs still outstanding are cancelled."""
     # (the platform's default context unless spawning, and then only named: a test's thread pool
     # stands in for the forked one)
     spawned = {"mp_context": multiprocessing.get_context("spawn")} if spawn else {}
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_deaf_to_ctrl_c, **spawned)
     try:
+        if not spawn:
+            # A forked pool forks every worker at its first job: that job is given now, on entry,
+            # while the caller has no other thread. A fork beside a running thread (a progress
+            # bar's, writing to stderr) copies the locks that thread holds, held for good: the
+            # worker would hang at its first warning.
+            pool.submit(int)
         yield pool
     except BaseException:
         # (Python 3.14 has terminate_workers(); before it, the pool's own table of its processes)
