@@ -13,10 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kalena.core.ledger import Ledger, PlaceBatch, RemoveBatch
-from kalena.core.ledger.commitments import RemovalCause
+from kalena.core.ledger import Ledger, PlaceBatch, RemoveBatch, ReservationRefresh
+from kalena.core.ledger.commitments import CommitResult, RemovalCause
+from kalena.core.ledger.state import _BULK_FROM
 from kalena.core.model import NodeSpec, Selector, Tier, WorkloadSpec
 from kalena.core.resources import Resources
+from kalena.core.verdict import Reason, ReasonCode
 
 CAP = Resources.from_mapping({"cpu": 4.0, "ram": 8.0, "gpu": 1.0})
 VALUES = st.sampled_from([0.1, 0.2, 0.3, 0.7, 1.0, 1.5, 2.5])
@@ -114,3 +116,86 @@ def test_an_empty_load_and_a_bad_node_index():
     with pytest.raises(ValueError, match="only batch"):
         ledger.place_until_refused([(_spec("p", 0.1, 0.1, Tier.SERVICE), 0)])
     assert np.all(ledger.reservation_sum == 0)
+
+
+# ``apply_all`` takes a scheduling pass's many placements at once: the loop it stands for, bit for bit
+
+
+def _one_by_one(ledger: Ledger, cs) -> list:
+    """The rule of ``apply_all`` written as its loop: once one is refused on a node, the later ones
+    on it are stale."""
+    out, failed = [], set()
+    for c in cs:
+        if c.node in failed:
+            why = Reason(
+                ReasonCode.STALE_EPOCH,
+                detail="an earlier commitment of this decision on the node was rejected",
+            )
+            out.append(CommitResult(c, False, (why,), ledger.global_epoch))
+            continue
+        r = ledger.apply(c)
+        if not r.accepted:
+            failed.add(c.node)
+        out.append(r)
+    return out
+
+
+DECISION = st.lists(
+    st.tuples(
+        st.integers(0, 3),  # node
+        VALUES,
+        VALUES,
+        st.sampled_from(["ok"] * 8 + ["stale", "gpu", "huge"]),
+    ),
+    min_size=_BULK_FROM,
+    max_size=_BULK_FROM + 16,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.integers(0, 6),
+    DECISION,
+    st.sampled_from([None] * 5 + ["twice", "placed", "service"]),  # one placement the loop must say
+)
+def test_a_pass_of_placements_is_the_loop(n_nodes, resident, decision, odd):
+    nodes = [NodeSpec(f"n{i}", allocatable=CAP) for i in range(n_nodes)]
+    prod = [_spec(f"p{i}", 0.5, 0.5, Tier.SERVICE) for i in range(n_nodes)]
+    made = []
+    for _ in range(2):
+        led = Ledger.from_blueprint(nodes, [CAP] * n_nodes, prod, {w.id: f"n{i}" for i, w in enumerate(prod)})
+        for j in range(resident):  # batch already there (one of them placed again below)
+            w = _spec(f"r{j}", 0.2, 0.2, Tier.BATCH)
+            assert led.apply(PlaceBatch(w, j % n_nodes, led.node_epoch(j % n_nodes))).accepted
+        made.append(led)
+    bulk, loop = made
+    # stamped as a decision stamps them (a node's first at its epoch, each later one +1), some spoiled
+    cs, seen = [], {}
+    for i, (k, c, r, how) in enumerate(decision):
+        how = odd if odd and i == len(decision) // 2 else how
+        n = k % n_nodes
+        e = bulk.node_epoch(n) + seen.get(n, 0) + (1 if how == "stale" else 0)
+        seen[n] = seen.get(n, 0) + 1
+        wid = {"twice": "b0", "placed": "r0" if resident else "b0"}.get(how, f"b{i}")
+        tier = Tier.SERVICE if how == "service" else Tier.BATCH
+        cs.append(PlaceBatch(_spec(wid, 40.0 if how == "huge" else c, r, tier, 0.5 * (how == "gpu")), n, e))
+
+    def outcome(run):  # the results, or the error where the loop meets a service workload
+        try:
+            return [(r.accepted, r.reasons, r.global_epoch) for r in run(cs)]
+        except ValueError as e:
+            return str(e)
+
+    assert outcome(bulk.apply_all) == outcome(lambda cs: _one_by_one(loop, cs))
+    assert _state(bulk) == _state(loop)
+    # and both go on alike: a refresh of every row, then a placement (freed rows reused alike)
+    rs = bulk.row_arrays()
+    fresh = rs.reservation[: rs.high].copy()
+    fresh[:, 0] = 0.05  # cpu (gpu stays at the request)
+    for led in (bulk, loop):
+        assert led.apply(ReservationRefresh(fresh, led.global_epoch)).accepted
+    w = _spec("late", 0.1, 0.1, Tier.BATCH)
+    took = [led.apply(PlaceBatch(w, 0, led.node_epoch(0))).accepted for led in (bulk, loop)]
+    assert took[0] == took[1]
+    assert _state(bulk) == _state(loop)

@@ -31,6 +31,18 @@ def fits_mask(request: np.ndarray, used: np.ndarray, capacity_tol: np.ndarray) -
     return (used + request <= capacity_tol).all(axis=-1)
 
 
+def rank_within(nodes: np.ndarray) -> np.ndarray:
+    """Each entry's position among the entries on the same node, in order (0 for a node's first)."""
+    nodes = np.asarray(nodes)
+    k = len(nodes)
+    order = np.argsort(nodes, kind="stable")
+    sorted_nodes = nodes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_nodes[1:] != sorted_nodes[:-1]]) if k else np.zeros(0, np.intp)
+    rank = np.empty(k, dtype=np.int64)
+    rank[order] = np.arange(k) - np.repeat(starts, np.diff(np.r_[starts, k]))
+    return rank
+
+
 def running_fit(
     used: np.ndarray, nodes: np.ndarray, requests: np.ndarray, capacity_tol: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:

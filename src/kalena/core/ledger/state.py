@@ -43,12 +43,21 @@ from kalena.core.ledger.commitments import (
     ReservationRefresh,
     ReservationUpdate,
 )
-from kalena.core.ledger.fit import insufficient_resources, running_fit, tolerant_capacity
+from kalena.core.ledger.fit import insufficient_resources, rank_within, running_fit, tolerant_capacity
 from kalena.core.ledger.index import ResidentIndex
 from kalena.core.ledger.rows import INITIAL_ROWS, RowStore, any_per_row, as_records
 from kalena.core.model import NodeSpec, Selector, Tier, WorkloadSpec
 from kalena.core.resources import DIMS, GPU, NDIM, Resources, stack
 from kalena.core.verdict import Reason, ReasonCode
+
+#: From this many placements on, :meth:`Ledger.apply_all` applies them at once (measured: below
+#: it, the loop of single applies costs less).
+_BULK_FROM = 24
+_EARLIER_REJECTED = "an earlier commitment of this decision on the node was rejected"
+
+
+def _stale_reason(detail: str) -> Reason:
+    return Reason(ReasonCode.STALE_EPOCH, detail=detail)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -344,20 +353,81 @@ class Ledger:
         against the same view, and an outside change that happened to bump the node's epoch
         the same number of times must not make a later one look current.
         """
+        if not isinstance(commitments, Sequence):
+            commitments = list(commitments)
+        # a scheduling pass's placements at once, when they are many (the loop costs less below
+        # that) and regular (else the loop says what it says)
+        if len(commitments) >= _BULK_FROM and all(type(c) is PlaceBatch for c in commitments):
+            bulk = self._place_all(commitments)  # type: ignore[arg-type]
+            if bulk is not None:
+                return bulk
         results: list[CommitResult] = []
         failed: set[int] = set()
         for c in commitments:
             node = None if isinstance(c, ReservationUpdate | ReservationRefresh) else c.node
             if node is not None and node in failed:
-                results.append(
-                    self._stale(c, "an earlier commitment of this decision on the node was rejected")
-                )
+                results.append(self._stale(c, _EARLIER_REJECTED))
                 continue
             r = self.apply(c)
             if not r.accepted and node is not None:
                 failed.add(node)
             results.append(r)
         return tuple(results)
+
+    def _place_all(self, cs: Sequence[PlaceBatch]) -> tuple[CommitResult, ...] | None:
+        """:meth:`apply_all` of ``PlaceBatch`` commitments at once, bit for bit the loop (rows, sums,
+        versions, epochs, results and their reasons); None where the loop must say it itself (a
+        workload that is not batch, an id twice or already placed, a node out of range)."""
+        k = len(cs)
+        specs = [c.workload for c in cs]
+        ids = [w.id for w in specs]
+        if (
+            any(w.tier is not Tier.BATCH or w.is_daemonset for w in specs)
+            or len(set(ids)) < k
+            or not self._row_of.keys().isdisjoint(ids)
+        ):
+            return None
+        where = np.fromiter((c.node for c in cs), dtype=np.int64, count=k)
+        if where.min() < 0 or where.max() >= self.n_nodes:
+            return None
+        stamp = np.fromiter((c.node_epoch for c in cs), dtype=np.int64, count=k)
+        req = np.array([w.requests.array() for w in specs], dtype=np.float64)
+        rank = rank_within(where)
+        epoch_then = self._node_epoch[where] + rank  # the node's epoch when each comes, if all before it took
+        running, fits = running_fit(self._reservation_sum, where, req, self._capacity_tol)
+        ok = (stamp == epoch_then) & (req[:, GPU] <= 0) & fits
+        # a node takes its commitments up to its first refusal; the later ones on it are stale
+        first_bad = np.full(self.n_nodes, k, dtype=np.int64)
+        np.minimum.at(first_bad, where[~ok], rank[~ok])
+        cut = first_bad[where]
+        took = rank < cut
+        g0 = self._global_epoch
+        epochs = g0 + np.cumsum(took)  # the ledger's epoch after each, as its result carries it
+        results: list[CommitResult | None] = [None] * k
+        # the refusals' reasons first, against the sums as they stand before the adds
+        for i in np.flatnonzero(~took).tolist():
+            c, n, g = cs[i], int(where[i]), int(epochs[i])
+            if rank[i] > cut[i]:
+                reasons: tuple[Reason, ...] = (_stale_reason(_EARLIER_REJECTED),)
+            elif stamp[i] != epoch_then[i]:
+                then = f"node {self.nodes[n].name} is at epoch {int(epoch_then[i])}"
+                reasons = (_stale_reason(f"{then}, not {c.node_epoch}"),)
+            elif req[i, GPU] > 0:
+                reasons = (Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=float(req[i, GPU])),)
+            else:  # the node's use with the ones it took before this one (running's earlier row)
+                prev = np.flatnonzero((where[:i] == n) & took[:i])
+                used = running[prev[-1]] if len(prev) else self._reservation_sum[n]
+                reasons = insufficient_resources(req[i], used, self._capacity[n])
+            results[i] = CommitResult(c, False, reasons, g)
+        take = np.flatnonzero(took)
+        if take.size:
+            self._global_epoch += int(take.size)
+            np.add.at(self._node_epoch, where[take], 1)
+            taken = [specs[i] for i in take]
+            self._add_many(taken, where[take], req[take], req[take], epochs[take], is_batch=True)
+        for i in take.tolist():
+            results[i] = CommitResult(cs[i], True, (), int(epochs[i]))
+        return tuple(results)  # type: ignore[arg-type]
 
     def place_until_refused(
         self, placements: Sequence[tuple[WorkloadSpec, int]]
@@ -527,7 +597,7 @@ class Ledger:
         return self._stale(c, f"node {self.nodes[c.node].name} is at epoch {now}, not {c.node_epoch}")
 
     def _stale(self, c: Commitment, detail: str) -> CommitResult:
-        return self._result(c, False, (Reason(ReasonCode.STALE_EPOCH, detail=detail),))
+        return self._result(c, False, (_stale_reason(detail),))
 
     def _place(self, c: PlaceBatch) -> CommitResult:
         w = c.workload
