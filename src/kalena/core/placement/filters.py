@@ -287,9 +287,13 @@ class CachedFitCheck(FitCheck):
         if self.fit is None:
             self.fit = fits_mask(self.req, s.reservation, s.capacity_tol)
             self.upto = s.placed
-        elif self.upto != s.placed:  # usually one node: row by row beats gathering an index
-            for n in s.placed_nodes[self.upto : s.placed]:
-                self.fit[n] = fits_mask(self.req, s.reservation[n], s.capacity_tol[n])
+        elif self.upto == s.placed - 1:  # one node (a class placing pod after pod): no index to gather
+            n = s.placed_nodes[self.upto]
+            self.fit[n] = fits_mask(self.req, s.reservation[n], s.capacity_tol[n])
+            self.upto = s.placed
+        elif self.upto != s.placed:  # (classes taking turns: each catches up on many nodes at once)
+            stale = np.array(s.placed_nodes[self.upto : s.placed], dtype=np.intp)
+            self.fit[stale] = fits_mask(self.req, s.reservation[stale], s.capacity_tol[stale])
             self.upto = s.placed
         return self.fit
 
