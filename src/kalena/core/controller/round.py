@@ -219,11 +219,8 @@ def eviction_screen(
         cap = view.capacity[:, d]
         if not np.isfinite(cap).any():
             continue  # no node constrains it (Irina's storage): nothing is ever over
-        rows, on = view.ledger_rows()
         # r' on this one column only (the view's effective_reservation, column d)
-        # (indexing a strided column gathers the rows; np.take would copy the whole column first)
-        eff = np.fmax(view.reservation[:, d][rows], view.seen_usage[:, d][rows])
-        reserved = np.bincount(on, weights=eff, minlength=n)
+        reserved = view.ledger_sum(np.fmax(view.reservation[:, d], view.seen_usage[:, d]))
         used = view.used_sum(d)
         # the planner: reserved > C + REL_TOL max(1, |C|) (a victim), used > C (pressure); both
         # sums are of non-negative terms, so the screen's sum is within SCREEN_RTOL * sum of it

@@ -193,22 +193,19 @@ class NodesView:
         # fmax takes the operand that is not NaN: r where u is missing, max(r, u) elsewhere, bitwise
         return self._memo("effective", lambda: np.fmax(self.reservation, self.seen_usage))
 
-    def ledger_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(rows, node)``: the :attr:`in_ledger` rows, ascending, and their nodes."""
-        rows = self._memo("ledger_rows", lambda: np.flatnonzero(self.in_ledger))
-        return rows, self._memo("ledger_on", lambda: np.take(self.node, rows))
+    def ledger_sum(self, values: np.ndarray) -> np.ndarray:
+        """(N,) per-node sum of ``values`` (W,) over the ledger rows, in row order.
+
+        Every row is binned, the others into a spare bin past the nodes: a node's terms are added
+        in the same order as over the ledger rows alone, and nothing is gathered first."""
+        bins = self._memo("ledger_bins", lambda: np.where(self.in_ledger, self.node, self.n_nodes))
+        return np.bincount(bins, weights=values, minlength=self.n_nodes + 1)[: self.n_nodes]
 
     def used_sum(self, d: int) -> np.ndarray:
         """(N,) per-node sum of :attr:`seen_usage` on dimension ``d`` over the ledger rows, in row
         order, NaN counted as 0 (the screen's and the signals' sum)."""
-
-        def make() -> np.ndarray:
-            rows, on = self.ledger_rows()
-            # usage is non-negative or NaN: fmax(u, 0) is nan_to_num(u); a +-0.0 term never moves a sum
-            u = np.fmax(self.seen_usage[:, d][rows], 0.0)  # (np.take would copy the strided column)
-            return np.bincount(on, weights=u, minlength=self.n_nodes)
-
-        return self._memo(f"used_sum_{d}", make)
+        # usage is non-negative or NaN: fmax(u, 0) is nan_to_num(u); a +-0.0 term never moves a sum
+        return self._memo(f"used_sum_{d}", lambda: self.ledger_sum(np.fmax(self.seen_usage[:, d], 0.0)))
 
     def rows_of(self, n: int) -> np.ndarray:
         """Row indices of node ``n`` (present rows only), in view order."""
