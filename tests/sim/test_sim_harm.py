@@ -64,6 +64,13 @@ def test_a_heavier_batch_load_does_production_more_harm(light, heavy):
     # own container-level noise escalates a few nodes even beside little batch.
     assert heavy["escalations"] > light["escalations"]
     assert heavy["evictions"]["escalation-drain"] > 10 * max(1, light["evictions"]["escalation-drain"])
+    # an escalation drains where batch is left; the others (light's, here) only keep the node
+    # ineligible: the draining ones are exactly those behind the escalation-drain evictions
+    for r in (light, heavy):
+        drained = r["evictions"]["escalation-drain"]
+        assert r["escalations_draining"] <= min(r["escalations"], drained)
+        assert (r["escalations_draining"] > 0) == (drained > 0)
+    assert heavy["escalations_draining"] > light["escalations_draining"]
 
 
 def test_without_interference_nothing_is_lost_to_it_and_less_is_unmet(heavy):

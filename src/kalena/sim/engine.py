@@ -523,6 +523,7 @@ class Simulation:
                 m.counts["eviction_plans"] += 1
             if act.escalation is not None:
                 m.counts["escalations"] += 1
+                m.counts["escalations_draining"] += bool(act.escalation.drain)
             for i, v in enumerate(act.victims):
                 self._evict(v, act.node, act.first_epoch + i, now)
             if act.escalation is not None and act.escalation.slack_ineligible_until is not None:

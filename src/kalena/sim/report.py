@@ -190,6 +190,7 @@ def build_report(sim: Simulation) -> dict[str, Any]:
         "production_oom_kills": int(counts["production_oom_kills"]),
         "batch_oom_kills": int(counts["batch_oom_kills"]),
         "escalations": int(counts["escalations"]),
+        "escalations_draining": int(counts["escalations_draining"]),
         "production_unmet_cpu_core_seconds": _r(s["unmet"]),
         "production_capped_cpu_core_seconds": _r(s["capped"]),
         "production_interference_cpu_core_seconds": _r(s["interference"]),
