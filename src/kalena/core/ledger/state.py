@@ -15,9 +15,10 @@ one ``bincount`` over the flattened rows through a per-cell bin index that each 
 current (:func:`~kalena.core.ledger.blueprint.indexed_sum`, bitwise ``per_node_sum`` over the live
 rows). :meth:`Ledger.recompute` gives the from-scratch values for the invariant check.
 
-Loads are vectorised: the blueprint's production in one step, and a cluster shell's observed
-batch through :meth:`Ledger.place_until_refused` (each pass rebuilds that ledger), each bit for
-bit the loop of single adds it stands for. The selector index is built on the first selector
+Loads are vectorised: the blueprint's production in one step, a cluster shell's observed batch
+through :meth:`Ledger.place_until_refused` (each pass rebuilds that ledger), and a scheduling
+pass's many placements in :meth:`Ledger.apply_all`, each bit for bit the loop of single adds it
+stands for. The selector index is built on the first selector
 question, so a ledger never asked one never pays for it.
 
 The ledger is the one mutable object in the core: it is *state*, owned by a shell, and
