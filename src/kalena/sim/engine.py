@@ -590,12 +590,15 @@ class Simulation:
     def _node_memory(self) -> np.ndarray:
         """(N, 2) ram and storage in use per node, over the live rows."""
         rs, n = self.ledger.row_arrays(), self.ledger.n_nodes
-        live = rs.live_rows()
-        on, usage = rs.node[live], self.table.usage
+        h = rs.high
+        # every row binned, the free ones into a spare bin: a node's terms add in the same order as
+        # over its live rows alone, and no column is gathered first
+        bins = np.where(rs.alive[:h], rs.node[:h], n)
         out = np.empty((n, len(memory.DIMS_NC)))
-        for i, d in enumerate(memory.DIMS_NC.tolist()):  # a column at a time: no (live, 8) copy
+        for i, d in enumerate(memory.DIMS_NC.tolist()):  # a column at a time: no (h, 8) copy
             # usage is non-negative or NaN: fmax(u, 0) is nan_to_num(u), at a fraction of its cost
-            out[:, i] = np.bincount(on, weights=np.fmax(usage[:, d][live], 0.0), minlength=n)
+            u = np.fmax(self.table.usage[:h, d], 0.0)
+            out[:, i] = np.bincount(bins, weights=u, minlength=n + 1)[:n]
         return out
 
     def _kernel_first(self, now: float, dt: float) -> None:
