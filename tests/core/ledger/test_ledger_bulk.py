@@ -189,7 +189,7 @@ def test_a_pass_of_placements_is_the_loop(n_nodes, resident, decision, odd):
 
     assert outcome(bulk.apply_all) == outcome(lambda cs: _one_by_one(loop, cs))
     assert _state(bulk) == _state(loop)
-    # and both go on alike: a refresh of every row, then a placement (freed rows reused alike)
+    # and both go on alike: a refresh of every row, then one more placement
     rs = bulk.row_arrays()
     fresh = rs.reservation[: rs.high].copy()
     fresh[:, 0] = 0.05  # cpu (gpu stays at the request)
