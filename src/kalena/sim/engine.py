@@ -42,7 +42,7 @@ from kalena.core.controller import (
     view_from_ledger,
 )
 from kalena.core.enforcement import start_quota
-from kalena.core.enforcement.nodes import rows_by_node
+from kalena.core.enforcement.nodes import group_sum, rows_by_node
 from kalena.core.estimators import (
     MarginClass,
     append_rows,
@@ -591,14 +591,11 @@ class Simulation:
         """(N, 2) ram and storage in use per node, over the live rows."""
         rs, n = self.ledger.row_arrays(), self.ledger.n_nodes
         h = rs.high
-        # every row binned, the free ones into a spare bin: a node's terms add in the same order as
-        # over its live rows alone, and no column is gathered first
-        bins = np.where(rs.alive[:h], rs.node[:h], n)
+        bins = np.where(rs.alive[:h], rs.node[:h], n)  # the free rows in group_sum's spare bin
         out = np.empty((n, len(memory.DIMS_NC)))
         for i, d in enumerate(memory.DIMS_NC.tolist()):  # a column at a time: no (h, 8) copy
             # usage is non-negative or NaN: fmax(u, 0) is nan_to_num(u), at a fraction of its cost
-            u = np.fmax(self.table.usage[:h, d], 0.0)
-            out[:, i] = np.bincount(bins, weights=u, minlength=n + 1)[:n]
+            out[:, i] = group_sum(np.fmax(self.table.usage[:h, d], 0.0), bins, n)
         return out
 
     def _kernel_first(self, now: float, dt: float) -> None:

@@ -194,12 +194,10 @@ class NodesView:
         return self._memo("effective", lambda: np.fmax(self.reservation, self.seen_usage))
 
     def ledger_sum(self, values: np.ndarray) -> np.ndarray:
-        """(N,) per-node sum of ``values`` (W,) over the ledger rows, in row order.
-
-        Every row is binned, the others into a spare bin past the nodes: a node's terms are added
-        in the same order as over the ledger rows alone, and nothing is gathered first."""
+        """(N,) per-node sum of ``values`` (W,) over the ledger rows, in row order (the others in
+        :func:`group_sum`'s spare bin: nothing is gathered first)."""
         bins = self._memo("ledger_bins", lambda: np.where(self.in_ledger, self.node, self.n_nodes))
-        return np.bincount(bins, weights=values, minlength=self.n_nodes + 1)[: self.n_nodes]
+        return group_sum(values, bins, self.n_nodes)
 
     def used_sum(self, d: int) -> np.ndarray:
         """(N,) per-node sum of :attr:`seen_usage` on dimension ``d`` over the ledger rows, in row
@@ -355,10 +353,11 @@ def rows_by_node(
 
 
 def group_sum(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
-    """Per-group sums of ``values`` (W,) by ``group`` (W,) in row order (``np.bincount``).
+    """Per-group sums (n,) of ``values`` (W,) by ``group`` (W,) in row order (``np.bincount``).
 
     Each group's sum is accumulated in row order, so a group's total is bit-for-bit the same
     whether the other groups are present or not: the vectorised round over ``N`` nodes equals
-    ``N`` one-node rounds exactly.
+    ``N`` one-node rounds exactly. So rows to leave out need not be gathered away first: put in
+    group ``n`` (a spare bin past the last), they are summed there and dropped.
     """
-    return np.bincount(group, weights=values, minlength=n)
+    return np.bincount(group, weights=values, minlength=n + 1)[:n]
