@@ -137,6 +137,38 @@ def test_a_service_victim_stays_at_its_request_for_the_throttle():
     assert d.throttle.claim[0] == 1.0  # the victim counts max(R, u) = 1 core, not its old reservation
 
 
+def test_a_victims_rise_is_told_against_the_last_round_beside_a_node_that_names_nobody():
+    """The previous round's reservations reach every plan that can name a victim, whatever other
+    nodes the screen flags (here one whose production alone breaches its ledger)."""
+
+    def view(batch_ram: float) -> NodesView:
+        alone = node_snapshot(
+            resident("web", ram=6.0, reservation={"ram": 9.0}, usage={"ram": 5.0}), node="a", ram=8.0
+        )
+        mixed = node_snapshot(
+            resident("db", ram=4.0, usage={"ram": 4.0}),
+            batch_resident("b", ram=1.0, reservation={"ram": batch_ram}, usage={"ram": 1.0}),
+            node="b",
+            ram=8.0,
+        )
+        return NodesView.of_snapshots([alone, mixed])
+
+    first = node_round(view(2.0), RoundState.initial(2), CFG, 0.0)
+    plan = first.eviction_plan(0)
+    assert plan.victims == () and plan.pressures and not plan.pressures[0].holds  # 9 > 8, nobody to name
+    assert first.actions_of(1) is None  # 4 + 2 <= 8
+    second = node_round(view(5.0), first.state, CFG, 10.0)
+    act = second.actions_of(1)
+    assert act is not None and [v.workload for v in act.victims] == ["default/b"]
+    rose = act.victims[0].why.reservation_rose
+    assert rose is not None and (rose.workload, rose.basis, rose.before, rose.after) == (
+        "default/b",
+        "previous",
+        2.0,
+        5.0,
+    )
+
+
 @settings(max_examples=80, deadline=None)
 @given(nodes_views())
 def test_round_state_survives_json(view: NodesView):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from random import Random
 
@@ -25,6 +26,8 @@ from kalena.core.enforcement import (
     plan_evictions,
     plan_throttle,
 )
+from kalena.core.enforcement import eviction as eviction_module
+from kalena.core.enforcement.eviction import can_name_victim
 from kalena.core.model import Tier
 from kalena.core.resources import CPU, DIM_INDEX, NDIM, NON_COMPRESSIBLE
 
@@ -221,3 +224,34 @@ def test_anti_starvation_caps_only_services_above_reservation(
         assert u > r  # running above its own reservation (a NaN usage would fail this)
         assert r - 1e-12 <= c.quota < u
     assert dec.released <= dec.needed + 1e-9
+
+
+@st.composite
+def nobody_to_name(draw: st.DrawFn) -> NodeSnapshot:
+    """A snapshot with no batch resident in the ledger and nobody over a limit on ram or storage:
+    a node where production alone can breach the ledger."""
+    snap = draw(snapshots())
+    nc = np.flatnonzero(NON_COMPRESSIBLE)
+    limit = snap.limit.copy()
+    limit[:, nc] = np.fmax(limit[:, nc], snap.usage[:, nc])  # (fmax: a missing usage keeps the limit)
+    return dataclasses.replace(snap, is_batch=snap.is_batch & snap.is_daemonset, limit=limit)
+
+
+@settings(max_examples=300, deadline=None)
+@given(nobody_to_name())
+def test_a_plan_that_can_name_nobody_is_the_full_plan_bit_for_bit(snap: NodeSnapshot) -> None:
+    """The short plan for a node without candidates gives what the whole loop gives: the same
+    pressures, sums, verdicts and (no) victims."""
+    assert not can_name_victim(snap.in_ledger, snap.is_batch, snap.usage, snap.limit)
+    short = plan_evictions(snap, EVICTION, NOW)
+    full = eviction_module._plan(snap, snap.effective_reservation, EVICTION, NOW)
+    assert short == full and repr(short) == repr(full)  # (repr: a -0.0 or a NaN would show)
+    assert short.victims == ()
+
+
+@settings(max_examples=300, deadline=None)
+@given(snapshots())
+def test_a_node_said_to_name_nobody_never_has_a_victim(snap: NodeSnapshot) -> None:
+    full = eviction_module._plan(snap, snap.effective_reservation, EVICTION, NOW)
+    if full.victims:
+        assert can_name_victim(snap.in_ledger, snap.is_batch, snap.usage, snap.limit)

@@ -42,7 +42,7 @@ from kalena.core.enforcement.escalation import (
     advance_runs,
     drain_decision,
 )
-from kalena.core.enforcement.eviction import EvictionPlan, plan_evictions
+from kalena.core.enforcement.eviction import EvictionPlan, can_name_victim, plan_evictions
 from kalena.core.enforcement.nodes import NodesView
 from kalena.core.enforcement.records import Victim
 from kalena.core.enforcement.starvation import (
@@ -232,6 +232,16 @@ def eviction_screen(
 _NC = np.flatnonzero(NON_COMPRESSIBLE)
 
 
+def _can_name_victim(view: NodesView, rows: np.ndarray) -> bool:
+    """:func:`can_name_victim` on rows of the view, as the node's snapshot holds them."""
+    return can_name_victim(
+        view.in_ledger[rows],
+        np.asarray(view.is_batch, dtype=bool)[rows],
+        view.seen_usage[rows],
+        view.limit[rows],
+    )
+
+
 def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: float) -> RoundDecision:
     """One round for every node of ``view`` (module docstring)."""
     n, w = view.n_nodes, len(view)
@@ -245,8 +255,11 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
     flagged = np.flatnonzero(possible)
     previous = None
     view.group_rows(flagged)
-    if len(flagged):  # the previous reservations of the flagged nodes' rows only (W, 8), NaN elsewhere
-        on = np.concatenate([view.rows_of(k) for k in flagged.tolist()])
+    # the previous reservations (W, 8), NaN elsewhere, of the rows of the flagged nodes whose plan
+    # can name a victim: only a victim's record reads them
+    naming = [k for k in flagged.tolist() if _can_name_victim(view, view.rows_of(k))]
+    if naming:
+        on = np.concatenate([view.rows_of(k) for k in naming])
         serial = None if view.serial is None else view.serial[on]
         seen = state.previous_of(view.slot[on], view.ids[on], serial)
         if seen is not None:

@@ -210,28 +210,44 @@ def reservation_rise(snap: NodeSnapshot, d: int) -> ReservationRise | None:
     return ReservationRise(snap.ids[rows[best]], DIMS[d], float(before[best]), float(after[best]), basis)
 
 
+_NC = np.flatnonzero(NON_COMPRESSIBLE)
+
+
+def can_name_victim(
+    in_ledger: np.ndarray, is_batch: np.ndarray, usage: np.ndarray, limit: np.ndarray
+) -> bool:
+    """Whether a plan over these rows could name anyone: a batch resident in the ledger, or a
+    resident over its own limit on a non-compressible dimension (the two candidate groups).
+
+    ``in_ledger`` and ``is_batch`` are (W,), ``usage`` (NaN: no sample) and ``limit`` (W, 8). When
+    it is False the plan names nobody, whatever the pressure (the node round asks it first, to
+    leave out what only a victim's record reads).
+    """
+    if (in_ledger & is_batch).any():
+        return True
+    return bool((in_ledger[:, None] & (usage[:, _NC] > limit[:, _NC])).any())  # NaN > x is False
+
+
 def plan_evictions(snap: NodeSnapshot, config: EvictionConfig, now: float) -> EvictionPlan:
     """The eviction plan for ``snap`` at time ``now`` (module docstring has the rules)."""
     eff = snap.effective_reservation
+    if not can_name_victim(snap.in_ledger, snap.is_batch, snap.usage, snap.limit):
+        return _plan_naming_nobody(snap, eff, now)
+    return _plan(snap, eff, config, now)
+
+
+def _plan(snap: NodeSnapshot, eff: np.ndarray, config: EvictionConfig, now: float) -> EvictionPlan:
+    """:func:`plan_evictions` in full, candidates and all (``eff``: the snapshot's ``r'``)."""
     release = release_on_eviction(snap)
     held = np.where(snap.in_ledger[:, None], eff, 0.0)  # each row's share of the ledger, as victims go
     alive = snap.in_ledger.copy()
-    cond_in = snap.conditions
     chosen: list[tuple[int, int, bool, NodeCondition, ReservationRise | None]] = []
     outcomes: list[tuple[int, NodeCondition, tuple[str, ...], tuple[str, ...]]] = []
-    for d in np.flatnonzero(NON_COMPRESSIBLE):
-        cap = float(snap.capacity[d])
-        ledger = snap.in_ledger
-        condition = NodeCondition(
-            dimension=DIMS[d],
-            used=_known_sum(snap.usage[ledger, d]),
-            reserved=float(eff[ledger, d].sum()),
-            capacity=cap,
-            triggered=cond_in.triggered_on(d),
-            acute=bool(cond_in.acute[d]),
-        )
-        if not (condition.ledger_breached or condition.usage_over_capacity or cond_in.signalled(d)):
+    for d in _NC:
+        condition = _condition(snap, eff, d)
+        if condition is None:
             continue
+        cap = condition.capacity
         rows, spared = _candidates(snap, alive, release, d, condition.acute, now, config)
         start = float(held[:, d].sum())
         remaining = start - np.cumsum([release[i, d] for i, _ in rows])
@@ -262,6 +278,37 @@ def plan_evictions(snap: NodeSnapshot, config: EvictionConfig, now: float) -> Ev
         for i, d, override, condition, rise in chosen
     )
     return EvictionPlan(snap.node, snap.epoch, now, victims, tuple(pressures))
+
+
+def _condition(snap: NodeSnapshot, eff: np.ndarray, d: int) -> NodeCondition | None:
+    """Dimension ``d`` before any eviction, when it is under pressure (else None)."""
+    ledger, cond_in = snap.in_ledger, snap.conditions
+    condition = NodeCondition(
+        dimension=DIMS[d],
+        used=_known_sum(snap.usage[ledger, d]),
+        reserved=float(eff[ledger, d].sum()),
+        capacity=float(snap.capacity[d]),
+        triggered=cond_in.triggered_on(d),
+        acute=bool(cond_in.acute[d]),
+    )
+    if condition.ledger_breached or condition.usage_over_capacity or cond_in.signalled(d):
+        return condition
+    return None
+
+
+def _plan_naming_nobody(snap: NodeSnapshot, eff: np.ndarray, now: float) -> EvictionPlan:
+    """:func:`plan_evictions` where no row is a candidate on any dimension: the same pressures, the
+    same sums in the same order, without the candidates' bookkeeping (with production's p99
+    reservations alone breaching a node, the round plans such a node nearly every tick)."""
+    pressures = []
+    for d in _NC:
+        condition = _condition(snap, eff, d)
+        if condition is None:
+            continue
+        after = float(np.where(snap.in_ledger, eff[:, d], 0.0).sum())  # the plan's ``held`` column
+        holds = bool(ledger_holds_all(after, condition.capacity))
+        pressures.append(DimensionPressure(condition, after, holds, (), ()))
+    return EvictionPlan(snap.node, snap.epoch, now, (), tuple(pressures))
 
 
 def _known_sum(column: np.ndarray) -> float:
