@@ -61,3 +61,22 @@ def test_a_pickled_table_still_writes_into_what_it_grows_from():
     _fill(u, range(4, 8))  # written through the unpickled table's columns
     u.grow(30)  # past its store: the store is copied, with what was written through the columns
     _check(u, range(8))
+
+
+def test_a_freed_row_holds_what_a_new_row_holds():
+    t = RowTable(6, window=3)
+    _fill(t, range(6))
+    for name in ("demand", "quota", "floor", "cap", "weight", "started", "work", "work_total"):
+        getattr(t, name)[:] = 7.0
+    t.slack_cpu[:] = False
+    t.free(np.array([1, 3]))
+    t.grow(8)
+    fresh = RowTable(8, window=3)
+    for name in vars(fresh):
+        a, b = getattr(t, name), getattr(fresh, name)
+        if not isinstance(a, np.ndarray) or name.startswith("_"):
+            continue
+        freed = a[:, [1, 3, 6, 7]] if name == "throttled" else a[[1, 3, 6, 7]]
+        like = b[:, [1, 3, 6, 7]] if name == "throttled" else b[[1, 3, 6, 7]]
+        assert np.array_equal(freed, like, equal_nan=freed.dtype.kind == "f"), name
+    assert t.task[[0, 2, 4, 5]].tolist() == [0, 2, 4, 5] and t.ids[2] == "b/2"

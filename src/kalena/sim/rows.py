@@ -131,27 +131,9 @@ class RowTable:
 
     def free(self, row: int | np.ndarray) -> None:
         """The row's (or rows') workload left: reset it to free-row values."""
-        self.kind[row] = FREE
-        self.task[row] = -1
-        self.usage[row] = np.nan
-        self.limit[row] = np.inf
-        self.demand[row] = 0.0
-        self.quota[row] = np.inf
-        self.floor[row] = 0.0
-        self.cap[row] = np.inf
-        self.weight[row] = 1.0
-        self.started[row] = -np.inf
-        self.slack_cpu[row] = True
-        self.ids[row] = ""
-        self.keys[row] = ""
-        self.priority[row] = 0
-        self.work[row] = 0.0
-        self.work_total[row] = np.inf
-        self.startup_until[row] = np.inf
-        self.by_reclaim[row] = False
-        self.throttled_total[row] = 0
+        for name, _dtype, free, _cells in _COLUMNS:
+            getattr(self, name)[row] = free
         self.throttled[:, row] = 0
-        self.throttled_window[row] = 0
 
     def record_throttled(self, h: int, slot: int, lost_s: np.ndarray) -> None:
         """Rows ``[0, h)`` were throttled ``lost_s`` seconds this tick (ring slot ``slot``).
