@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kalena.core.model import Tier
-from kalena.core.resources import CPU
+from kalena.core.model import Tier, WorkloadSpec
+from kalena.core.resources import CPU, Resources
 from kalena.sim.batch import generate, job_rate, mean_instances
 from kalena.sim.params import TABLE_LEVELS, default_batch
 
@@ -58,3 +58,31 @@ def test_warm_start_submits_survivors_at_zero_with_their_remaining_work():
     assert np.all(t.work[warm] <= full[warm] + 1e-9) and np.all(t.work[~warm] == pytest.approx(full[~warm]))
     # steady state by Little's law: warm requests near rho * C (heavy tails: a loose check)
     assert 0.2 * CAP * 0.4 < t.requests[warm, CPU].sum() < 3 * CAP * 0.4
+
+
+def test_a_jobs_pods_share_its_objects_and_equal_specs_built_field_by_field():
+    t = generate(default_batch(), CAP, GIB_PER_CORE, 6 * 3600.0, 3, warmup=0.0)
+    jobs, counts = np.unique(t.job, return_counts=True)
+    job = int(jobs[np.argmax(counts)])  # a job of several pods
+    at = [k for k, j in enumerate(t.job.tolist()) if j == job]
+    pods = [t.specs[k] for k in at]
+    assert len(pods) > 1
+    first = pods[0]
+    for s in pods[1:]:  # the scheduler's class test takes `is` before `==`
+        assert s.requests is first.requests and s.anti_affinity is first.anti_affinity
+        assert s.owner is first.owner and s.image is first.image
+    owner = f"batch/job-{job:06d}"
+    built = WorkloadSpec(
+        id=first.id,
+        requests=Resources.from_array(t.requests[at[0]]),
+        tier=Tier.BATCH,
+        priority=int(t.priority[at[0]]),
+        namespace="batch",
+        declaration=owner,
+        image=f"registry.local/{owner}",
+        owner=owner,
+        slack_cpu=True,
+        slack_memory=False,
+    )
+    assert first == built
+    assert first.id.startswith(f"batch/job-{job:06d}-")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kalena.core.model import Tier, WorkloadSpec
+from kalena.core.model import Selector, Tier, WorkloadSpec
 from kalena.core.resources import CPU, NDIM, RAM, Resources
 from kalena.sim.params import TABLE_LEVELS, BatchParams
 
@@ -148,14 +148,16 @@ def generate(
     req[:, CPU] = jobs["cpu"][job[order]]
     req[:, RAM] = jobs["ram"][job[order]]
     demand = req[:, CPU] * params.cpu_demand_ratio
-    # a job's pods share one requests object: built once, and the scheduler's class test is `is`
-    shared: dict[int, Resources] = {}
+    # a job's pods share one requests object and one set of names: built once, and the
+    # scheduler's class test is `is`
+    shared: dict[int, _Job] = {}
     specs = []
     for n, i in enumerate(order.tolist()):
         j = int(job[i])
-        if j not in shared:
-            shared[j] = Resources.from_array(req[n])
-        specs.append(_spec(f"job-{j:06d}-{int(pod_no[i]):05d}", j, shared[j], int(jobs["priority"][j])))
+        tmpl = shared.get(j)
+        if tmpl is None:
+            tmpl = shared[j] = _Job.of(j, Resources.from_array(req[n]), int(jobs["priority"][j]))
+        specs.append(tmpl.spec(f"job-{j:06d}-{int(pod_no[i]):05d}"))
     return BatchTasks(
         job=job[order],
         submit=submit[order],
@@ -170,23 +172,41 @@ def generate(
     )
 
 
-def _spec(
-    name: str, job: int, requests: Resources, priority: int, namespace: str = NAMESPACE
-) -> WorkloadSpec:
-    """Batch pod ``namespace/name`` of job ``job`` (its owner and image are the job's)."""
-    owner = f"{namespace}/job-{job:06d}"
-    return WorkloadSpec(
-        id=f"{namespace}/{name}",
-        requests=requests,
-        tier=Tier.BATCH,
-        priority=priority,
-        namespace=namespace,
-        declaration=owner,
-        image=f"registry.local/{namespace}/job-{job:06d}",
-        owner=owner,
-        slack_cpu=True,
-        slack_memory=False,
-    )
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What a job's pods share: their requests, priority and the names derived from the job."""
+
+    requests: Resources
+    priority: int
+    namespace: str
+    owner: str
+    image: str
+
+    @classmethod
+    def of(cls, job: int, requests: Resources, priority: int, namespace: str = NAMESPACE) -> _Job:
+        owner = f"{namespace}/job-{job:06d}"
+        return cls(requests, priority, namespace, owner, f"registry.local/{owner}")
+
+    def spec(self, name: str) -> WorkloadSpec:
+        """Batch pod ``namespace/name`` of this job (its owner and image are the job's)."""
+        return WorkloadSpec(
+            id=f"{self.namespace}/{name}",
+            requests=self.requests,
+            tier=Tier.BATCH,
+            priority=self.priority,
+            namespace=self.namespace,
+            declaration=self.owner,
+            affinity=_NO_ONE,
+            anti_affinity=_NO_ONE,
+            image=self.image,
+            owner=self.owner,
+            slack_cpu=True,
+            slack_memory=False,
+        )
+
+
+#: The empty selector every batch pod has (shared: it is immutable, and equal to a new one).
+_NO_ONE = Selector()
 
 
 def recorded(
@@ -207,13 +227,14 @@ def recorded(
     ``demand`` cores (its work is their product); ``warm``: running when the recording started."""
     order = np.lexsort((np.arange(len(submit)), submit))
     req = np.asarray(requests, dtype=np.float64)[order]
-    shared: dict[tuple[int, bytes], Resources] = {}
+    shared: dict[tuple[int, bytes, int], _Job] = {}
     specs = []
     for n, i in enumerate(order.tolist()):
-        key = (int(job[i]), req[n].tobytes())
-        if key not in shared:
-            shared[key] = Resources.from_array(req[n])
-        specs.append(_spec(ids[i], int(job[i]), shared[key], int(priority[i]), namespace))
+        key = (int(job[i]), req[n].tobytes(), int(priority[i]))
+        tmpl = shared.get(key)
+        if tmpl is None:
+            tmpl = shared[key] = _Job.of(key[0], Resources.from_array(req[n]), key[2], namespace)
+        specs.append(tmpl.spec(ids[i]))
     return BatchTasks(
         job=np.asarray(job, dtype=np.int64)[order],
         submit=np.asarray(submit, dtype=np.float64)[order],
