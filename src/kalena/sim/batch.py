@@ -172,6 +172,10 @@ def generate(
     )
 
 
+#: The empty selector every batch pod has (shared: it is immutable, and equal to a new one).
+_NO_ONE = Selector()
+
+
 @dataclass(frozen=True, slots=True)
 class _Job:
     """What a job's pods share: their requests, priority and the names derived from the job."""
@@ -203,10 +207,6 @@ class _Job:
             slack_cpu=True,
             slack_memory=False,
         )
-
-
-#: The empty selector every batch pod has (shared: it is immutable, and equal to a new one).
-_NO_ONE = Selector()
 
 
 def recorded(
