@@ -209,6 +209,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the figures here too")
     args = ap.parse_args()
+    if not args.dt > 0:
+        ap.error(f"--dt must be a positive number of seconds, got {args.dt:g}")
+    if not args.days * DAY - args.dt > DAY:  # the first day warms up: some sample must be scored
+        ap.error(f"--days must leave a sample after the first day's warm-up, got {args.days:g}")
     t0 = time.perf_counter()
     results: dict[str, object] = {"machine": machine_info(), "autopilot": AUTOPILOT}
     u, t, req = irina(args.days, args.dt, args.seed)

@@ -1,0 +1,95 @@
+"""Every quick benchmark in ``bench/`` runs to the end with small arguments (no figure is checked).
+
+Benchmarks are not tests, so nothing else ran them: ``bench_agent_latency.py`` waited for ever
+after a change to the agent (its own test is in ``tests/agent``), and ``bench_stationkeeper.py
+--days 1`` ended in a traceback. These runs are about the benchmarks still working: exit status 0 and, where a
+benchmark writes JSON, a JSON file. The long ones (the simulated day, the 5,000-node hour, the
+Kubernetes and compaction runs, the hostile-input sweep) are left to their own commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+    except Exception:  # no engine, no socket, no permission: the docker runs are skipped
+        return False
+    return True
+
+
+ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="creates cgroups: needs root (euid 0)")
+DOCKER = [
+    pytest.mark.docker,
+    pytest.mark.skipif(not _docker_answers(), reason="no Docker engine answers on this host"),
+]
+
+CASES = [
+    pytest.param("bench_estimator.py", ["--workloads", "1000"], True, id="estimator"),
+    pytest.param("bench_placement.py", ["--nodes", "200", "--repeat", "1"], True, id="placement"),
+    pytest.param("bench_archive.py", ["--workloads", "50", "--days", "1"], True, id="archive"),
+    pytest.param(
+        "bench_observed_ledger.py",
+        ["--nodes", "100", "--production", "400", "--batch", "500", "--repeat", "1"],
+        True,
+        id="observed-ledger",
+    ),
+    pytest.param("bench_stationkeeper.py", ["--days", "1.1"], True, id="stationkeeper"),
+    pytest.param("bench_compare.py", ["--hours", "0.2", "--skip-serial"], True, id="compare"),
+    pytest.param("bench_sim_size.py", ["--nodes", "20,30", "--hours", "0.1"], True, id="sim-size"),
+    pytest.param(
+        "bench_agent_overhead.py",
+        ["--cgroups", "10", "--short", "2", "--long", "4"],
+        True,
+        id="agent-overhead",
+        marks=ROOT,
+    ),
+    pytest.param("bench_docker.py", ["--trials", "10"], False, id="docker", marks=[ROOT, *DOCKER]),
+    pytest.param(
+        "bench_docker_reaction.py", ["--trials", "5"], False, id="docker-reaction", marks=[ROOT, *DOCKER]
+    ),
+    pytest.param(
+        "bench_docker_overhead.py",
+        ["--containers", "5", "--batch", "2", "--window", "5", "--warmup", "2"],
+        False,
+        id="docker-overhead",
+        marks=[ROOT, *DOCKER],
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("script", "args", "writes_json"), CASES)
+def test_the_benchmark_runs_to_the_end(
+    script: str, args: list[str], writes_json: bool, tmp_path: Path
+) -> None:
+    out = tmp_path / "result.json"
+    cmd = [sys.executable, str(BENCH / script), *args, *(["--json", str(out)] if writes_json else [])]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)  # a bound on a hang
+    assert done.returncode == 0, f"{' '.join(cmd[1:])}\n{done.stdout[-1500:]}\n{done.stderr[-2500:]}"
+    if writes_json:
+        assert isinstance(json.loads(out.read_text()), dict)
+
+
+def test_a_stationkeeper_run_too_short_to_score_is_refused_with_a_message() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_stationkeeper.py"), "--days", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "--days must leave a sample after the first day's warm-up, got 1" in done.stderr
+    assert "Traceback" not in done.stderr
