@@ -50,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd += ["--batch-hours", f"{args.batch_hours:g}", "--workers", str(args.workers)]
     cmd += ["--validate"] if args.validate else []
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    out = subprocess.run(cmd, capture_output=True, text=True)
     command_s = time.perf_counter() - t0
+    if out.returncode != 0:  # the command's own message (bad arguments name the option), not a traceback
+        sys.exit(f"kalena compact exited {out.returncode}: {out.stderr.strip()}")
     figures = json.loads(out.stdout)
 
     parts: dict[str, object] = {}
