@@ -4,8 +4,8 @@ Benchmarks are not tests, so nothing else ran them: ``bench_agent_latency.py`` w
 after a change to the agent (its own test is in ``tests/agent``), and ``bench_stationkeeper.py
 --days 1`` ended in a traceback. These runs are about the benchmarks still working: exit status 0 and, where a
 benchmark writes JSON, a JSON file. The long ones (the simulated day, the 5,000-node hour, the
-Kubernetes runs on a real control plane, the trace replay, the hostile-input sweep) are left to
-their own commands.
+trace replay, the hostile-input sweep) are left to their own commands; the Kubernetes ones run on a
+small control plane where the harness is built.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from kalena.testing.k8s import HarnessMissing, find_binaries
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -31,7 +33,19 @@ def _docker_answers() -> bool:
     return True
 
 
+def _harness_missing() -> str | None:
+    try:
+        find_binaries()
+    except HarnessMissing as e:
+        return str(e)
+    return None
+
+
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="creates cgroups: needs root (euid 0)")
+K8S = [
+    pytest.mark.k8s,
+    pytest.mark.skipif(_harness_missing() is not None, reason=f"no Kubernetes harness: {_harness_missing()}"),
+]
 DOCKER = [
     pytest.mark.docker,
     pytest.mark.skipif(not _docker_answers(), reason="no Docker engine answers on this host"),
@@ -74,6 +88,19 @@ CASES = [
         ["--only", "poly", "--no-peers", "--timeout", "10"],
         True,
         id="deployability",
+    ),
+    pytest.param(
+        "bench_k8s_harness.py",
+        ["--skip-build", "--trials", "1", "--nodes", "20"],
+        True,
+        id="k8s-harness",
+        marks=K8S,
+    ),
+    pytest.param(
+        "bench_k8s_binding.py", ["--nodes", "20", "--pods", "40"], True, id="k8s-binding", marks=K8S
+    ),
+    pytest.param(
+        "bench_k8s_scale.py", ["--nodes", "20", "--duration", "10"], True, id="k8s-scale", marks=K8S
     ),
     pytest.param(
         "bench_agent_overhead.py",
