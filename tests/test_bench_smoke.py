@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kalena.testing.k8s import HarnessMissing, find_binaries
+from kalena.testing.k8s import harness_missing
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -33,18 +33,10 @@ def _docker_answers() -> bool:
     return True
 
 
-def _harness_missing() -> str | None:
-    try:
-        find_binaries()
-    except HarnessMissing as e:
-        return str(e)
-    return None
-
-
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="creates cgroups: needs root (euid 0)")
 K8S = [
     pytest.mark.k8s,
-    pytest.mark.skipif(_harness_missing() is not None, reason=f"no Kubernetes harness: {_harness_missing()}"),
+    pytest.mark.skipif(harness_missing() is not None, reason=harness_missing() or ""),
 ]
 DOCKER = [
     pytest.mark.docker,

@@ -27,7 +27,7 @@ from kalena.testing.k8s import (
     ControlPlaneError,
     HarnessMissing,
     NodeSpec,
-    find_binaries,
+    harness_missing,
     open_url,
     wait_for,
 )
@@ -36,16 +36,7 @@ WAIT = 120.0  # seconds: the CI machine is loaded
 RBAC = "rbac.authorization.k8s.io"
 
 
-def _missing() -> str | None:
-    """Why the harness cannot run here (its binaries absent), or None."""
-    try:
-        find_binaries()
-    except HarnessMissing as e:
-        return str(e)
-    return None
-
-
-MISSING = _missing()
+MISSING = harness_missing()
 built = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 needs_harness = [pytest.mark.k8s, built]
 

@@ -108,6 +108,15 @@ def find_binaries(bin_dir: Path | None = None) -> Path:
     return where
 
 
+def harness_missing() -> str | None:
+    """Why the harness cannot run here (:func:`find_binaries`'s message), or None: for a skip mark."""
+    try:
+        find_binaries()
+    except HarnessMissing as e:
+        return str(e)
+    return None
+
+
 # --- certificates (the openssl command line: no Python dependency)
 
 
