@@ -74,6 +74,9 @@ def _mask(cls: ResourceClass) -> np.ndarray:
 COMPRESSIBLE = _mask(ResourceClass.COMPRESSIBLE)
 NON_COMPRESSIBLE = _mask(ResourceClass.NON_COMPRESSIBLE)
 NON_RECLAIMABLE = _mask(ResourceClass.NON_RECLAIMABLE)
+#: Indices of the non-compressible dimensions (ram, storage), for loops and column picks.
+NON_COMPRESSIBLE_DIMS = np.flatnonzero(NON_COMPRESSIBLE)
+NON_COMPRESSIBLE_DIMS.setflags(write=False)
 #: The seven dimensions that may contribute slack (all but gpu).
 RECLAIMABLE = ~NON_RECLAIMABLE
 RECLAIMABLE.setflags(write=False)

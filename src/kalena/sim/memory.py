@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kalena.core.resources import NON_COMPRESSIBLE
+from kalena.core.resources import NON_COMPRESSIBLE_DIMS
 
-DIMS_NC = np.flatnonzero(NON_COMPRESSIBLE)
+DIMS_NC = NON_COMPRESSIBLE_DIMS  # ram, storage
 
 
 #: The kubelet's ``oom_score_adj`` for Guaranteed pods and BestEffort ones (its ``qos/policy.go``);

@@ -52,7 +52,7 @@ from kalena.core.enforcement.starvation import (
     starvation_nodes,
 )
 from kalena.core.enforcement.throttle import NodesThrottle, ThrottlePlan, decisions_of, throttle_nodes
-from kalena.core.resources import CPU, DIMS, NDIM, NON_COMPRESSIBLE, RAM
+from kalena.core.resources import CPU, DIMS, NDIM, NON_COMPRESSIBLE_DIMS, RAM
 from kalena.core.tolerance import REL_TOL
 
 #: A screen must never miss a node the eviction planner would call pressured; the planner sums in
@@ -171,19 +171,19 @@ class RoundDecision:
 def node_signals(view: NodesView, config: RoundConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(acute, triggered)`` (N, 8): the kernel's signals plus the rule of step 1."""
     n = view.n_nodes
-    level = view.capacity[:, _NC]
+    level = view.capacity[:, NON_COMPRESSIBLE_DIMS]
     if view.node_limit is not None:
-        own = view.node_limit[:, _NC]
+        own = view.node_limit[:, NON_COMPRESSIBLE_DIMS]
         level = np.where(np.isnan(own), level, own)
     acute_at = config.acute_fraction * level
     trigger_at = config.trigger_fraction * level
-    own_used = None if view.node_used is None else view.node_used[:, _NC]
+    own_used = None if view.node_used is None else view.node_used[:, NON_COMPRESSIBLE_DIMS]
     acute = np.array(view.acute, dtype=bool, copy=True)
     triggered = np.array(view.triggered, dtype=bool, copy=True)
     # the rows' sum is the screen's (one sum per view) unless evictions in flight or DaemonSets differ
     shared = view.seen_usage is view.usage and not np.any(view.is_daemonset)
     rows = on = None
-    for j, d in enumerate(_NC.tolist()):
+    for j, d in enumerate(NON_COMPRESSIBLE_DIMS.tolist()):
         if not ((acute_at[:, j] < np.inf).any() or (trigger_at[:, j] < np.inf).any()):
             continue  # no finite level anywhere (Irina's storage): no use is ever above it
         if shared:
@@ -212,10 +212,10 @@ def eviction_screen(
     """
     n = view.n_nodes
     signalled = np.zeros((n, NDIM), dtype=bool)
-    signalled[:, _NC] = (acute | triggered)[:, _NC]
+    signalled[:, NON_COMPRESSIBLE_DIMS] = (acute | triggered)[:, NON_COMPRESSIBLE_DIMS]
     signalled[:, RAM] |= view.memory_events > 0
     possible = np.zeros(n, dtype=bool)
-    for d in _NC.tolist():
+    for d in NON_COMPRESSIBLE_DIMS.tolist():
         cap = view.capacity[:, d]
         if not np.isfinite(cap).any():
             continue  # no node constrains it (Irina's storage): nothing is ever over
@@ -227,9 +227,6 @@ def eviction_screen(
         breach = cap + REL_TOL * np.maximum(1.0, np.abs(cap))
         possible |= (reserved * (1.0 + SCREEN_RTOL) > breach) | (used * (1.0 + SCREEN_RTOL) > cap)
     return signalled, possible
-
-
-_NC = np.flatnonzero(NON_COMPRESSIBLE)
 
 
 def _can_name_victim(view: NodesView, rows: np.ndarray) -> bool:

@@ -42,7 +42,7 @@ from kalena.core.enforcement.records import (
 )
 from kalena.core.enforcement.snapshot import NodeSnapshot, ledger_holds_all
 from kalena.core.model import Tier
-from kalena.core.resources import DIMS, NON_COMPRESSIBLE, Resources
+from kalena.core.resources import DIMS, NON_COMPRESSIBLE_DIMS, Resources
 from kalena.core.verdict import Reason, ReasonCode
 
 
@@ -210,9 +210,6 @@ def reservation_rise(snap: NodeSnapshot, d: int) -> ReservationRise | None:
     return ReservationRise(snap.ids[rows[best]], DIMS[d], float(before[best]), float(after[best]), basis)
 
 
-_NC = np.flatnonzero(NON_COMPRESSIBLE)
-
-
 def can_name_victim(
     in_ledger: np.ndarray, is_batch: np.ndarray, usage: np.ndarray, limit: np.ndarray
 ) -> bool:
@@ -225,7 +222,8 @@ def can_name_victim(
     """
     if (in_ledger & is_batch).any():
         return True
-    return bool((in_ledger[:, None] & (usage[:, _NC] > limit[:, _NC])).any())  # NaN > x is False
+    nc = NON_COMPRESSIBLE_DIMS
+    return bool((in_ledger[:, None] & (usage[:, nc] > limit[:, nc])).any())  # NaN > x is False
 
 
 def plan_evictions(snap: NodeSnapshot, config: EvictionConfig, now: float) -> EvictionPlan:
@@ -243,7 +241,7 @@ def _plan(snap: NodeSnapshot, eff: np.ndarray, config: EvictionConfig, now: floa
     alive = snap.in_ledger.copy()
     chosen: list[tuple[int, int, bool, NodeCondition, ReservationRise | None]] = []
     outcomes: list[tuple[int, NodeCondition, tuple[str, ...], tuple[str, ...]]] = []
-    for d in _NC:
+    for d in NON_COMPRESSIBLE_DIMS:
         condition = _condition(snap, eff, d)
         if condition is None:
             continue
@@ -301,7 +299,7 @@ def _plan_naming_nobody(snap: NodeSnapshot, eff: np.ndarray, now: float) -> Evic
     same sums in the same order, without the candidates' bookkeeping (with production's p99
     reservations alone breaching a node, the round plans such a node nearly every tick)."""
     pressures = []
-    for d in _NC:
+    for d in NON_COMPRESSIBLE_DIMS:
         condition = _condition(snap, eff, d)
         if condition is None:
             continue
