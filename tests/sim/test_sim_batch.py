@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 
 from kalena.core.model import Tier, WorkloadSpec
 from kalena.core.resources import CPU, Resources
+from kalena.sim import batch
 from kalena.sim.batch import generate, job_rate, mean_instances
 from kalena.sim.params import TABLE_LEVELS, default_batch
 
@@ -86,3 +88,30 @@ def test_a_jobs_pods_share_its_objects_and_equal_specs_built_field_by_field():
     )
     assert first == built
     assert first.id.startswith(f"batch/job-{job:06d}-")
+
+
+def test_warm_jobs_that_end_before_zero_are_skipped_without_changing_the_population(monkeypatch):
+    """The warm-up skips drawing jobs that end before 0 even at the largest jitter: the same
+    population as when every job is drawn (JITTER_MAX infinite), and the skipped jobs' pods, drawn
+    anyway, all end before 0."""
+    p = default_batch()
+    bound = batch.JITTER_MAX
+    fast = generate(p, CAP, GIB_PER_CORE, 2 * 3600.0, 5)
+    monkeypatch.setattr(batch, "JITTER_MAX", math.inf)
+    every = generate(p, CAP, GIB_PER_CORE, 2 * 3600.0, 5)
+    assert [s.id for s in fast.specs] == [s.id for s in every.specs]
+    assert [s.requests for s in fast.specs] == [s.requests for s in every.specs]
+    for f in ("job", "submit", "requests", "priority", "nominal", "work", "demand", "ram_use", "warm"):
+        assert np.array_equal(getattr(fast, f), getattr(every, f)), f
+    # the bound skips most of a 48 h warm-up's jobs, and rightly: drawn anyway, none of their pods runs at 0
+    rate = job_rate(p, CAP)
+    jobs = [batch._jobs(p, rate, GIB_PER_CORE, b, 5) for b in range(-48, 0)]
+    time = np.concatenate([j["time"] for j in jobs])
+    duration = np.concatenate([j["duration"] for j in jobs])
+    seeds, k = np.concatenate([j["seed"] for j in jobs]), np.concatenate([j["k"] for j in jobs])
+    skipped = np.flatnonzero(time + np.maximum(duration * bound, 1.0) <= 0.0)
+    assert len(skipped) > len(time) / 4
+    for i in skipped[:: max(1, len(skipped) // 200)].tolist():
+        rng = np.random.default_rng(int(seeds[i]))
+        jitter = np.exp(rng.normal(-(batch.JITTER_SD**2) / 2.0, batch.JITTER_SD, int(k[i])))
+        assert np.all(time[i] + np.maximum(duration[i] * jitter, 1.0) <= 0.0)

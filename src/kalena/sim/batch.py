@@ -34,6 +34,10 @@ from kalena.sim.params import TABLE_LEVELS, BatchParams
 
 NAMESPACE = "batch"
 JITTER_SD = 0.1  # per-pod duration spread around the job's (assumed: instances of a task run alike)
+#: Above any jitter a pod can draw, ``exp(-sd^2 / 2 + 40 sd)``: no double-precision normal sampler
+#: returns 40 standard deviations (the inverse CDF of the smallest double is 38.5; NumPy's ziggurat
+#: gives at most 13.7), so a warm job that ends before 0 even at this jitter has no pod to draw.
+JITTER_MAX = math.exp(-(JITTER_SD**2) / 2.0 + 40.0 * JITTER_SD)
 
 
 def _from_table(table: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -124,15 +128,19 @@ def generate(
     jobs = {key: np.concatenate([blk[key] for blk in blocks]) for key in blocks[0]}
     keep_job = jobs["time"] < horizon
     jobs = {key: v[keep_job] for key, v in jobs.items()}
-    k = jobs["k"]
-    job = np.repeat(np.arange(len(k)), k)
+    # The jobs that may still run at 0 (JITTER_MAX): over a 48 h warm-up about half of them. The
+    # others' pods would all be dropped below, so they are never drawn (each job draws from its own
+    # generator: skipping one changes no other) and keep their numbers.
+    live = np.flatnonzero(jobs["time"] + np.maximum(jobs["duration"] * JITTER_MAX, 1.0) > 0.0)
+    k = jobs["k"][live]
+    job = np.repeat(live, k)
     first_pod = np.concatenate(([0], np.cumsum(k)[:-1])).astype(np.int64)
-    pod_no = np.arange(len(job)) - first_pod[job]  # pod number within its job
+    pod_no = np.arange(len(job)) - np.repeat(first_pod, k)  # pod number within its job
     # per-pod draws from the job's own generator: unit-mean duration jitter and memory use
     jitter = np.empty(len(job))
     ram_ratio = np.empty(len(job))
     m_mu, m_sd = params.ram_usage_log
-    for i, s in enumerate(jobs["seed"].tolist()):
+    for i, s in enumerate(jobs["seed"][live].tolist()):
         rng = np.random.default_rng(s)
         lo, hi = first_pod[i], first_pod[i] + k[i]
         jitter[lo:hi] = np.exp(rng.normal(-(JITTER_SD**2) / 2.0, JITTER_SD, k[i]))
