@@ -68,6 +68,7 @@ BAD_PRODUCTION = [
         "copula_tables",
     ),
     ("zero-burst-duration", {"burst_duration_s": 0.0}, "burst_duration_s"),
+    ("memory-profile-below-zero", {"ram_amplitude": 1.2}, "ram_amplitude"),
 ]
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kalena.core.resources import CPU, GPU, NDIM, RAM
+from kalena.core.resources import CPU, DISK_READ, DISK_WRITE, GPU, NDIM, NET_IN, NET_OUT, RAM, STORAGE
 from kalena.sim.params import TABLE_LEVELS, default_production
 from kalena.sim.production import ProductionUsage, copula_draw, normal_cdf, request_scores
 
@@ -120,3 +120,21 @@ def test_drawing_ahead_on_a_thread_gives_the_same_steps_restarts_and_end():
     for name in ("x", "y", "bursting"):
         assert np.array_equal(getattr(ahead.usage, name), getattr(plain, name))
     assert ahead.usage.rng.bit_generator.state == plain.rng.bit_generator.state
+
+
+def test_every_dimension_follows_its_factor_and_an_unrequested_one_stays_zero():
+    """Usage is the request times cpu's factor (cpu, disk, network), ram's (ram, storage) or 1
+    (gpu): one factor per pod across its dimensions, and 0 where nothing is requested."""
+    r = np.zeros((300, NDIM))
+    r[:, CPU], r[:, RAM], r[:, STORAGE], r[:, NET_IN] = 2.0, 8.0, 50.0, 0.5
+    r[::2, GPU] = 1.0  # half the pods hold a device
+    u = ProductionUsage(r, default_production(), np.random.default_rng(5))
+    u.burst_rate[:] = 50.0  # bursts too: the maximum with the peak ratio is per pod, not per column
+    for t in (10.0, 20.0, 30.0):
+        got = u.step(t, 10.0)
+        cpu_f, ram_f = got[:, CPU] / 2.0, got[:, RAM] / 8.0
+        assert not np.allclose(cpu_f, ram_f)
+        assert np.array_equal(got[:, NET_IN], 0.5 * cpu_f) and np.array_equal(got[:, STORAGE], 50.0 * ram_f)
+        assert np.array_equal(got[:, GPU], r[:, GPU])
+        assert np.all(got[:, [DISK_READ, DISK_WRITE, NET_OUT]] == 0.0)
+    assert u.bursting.any()

@@ -32,7 +32,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from kalena.core.resources import CPU, DISK_READ, DISK_WRITE, NDIM, NET_IN, NET_OUT, RAM, STORAGE
+from kalena.core.resources import CPU, GPU, NDIM, RAM, STORAGE
 from kalena.sim.params import TABLE_LEVELS, ProductionParams
 
 
@@ -83,8 +83,7 @@ def copula_draw(
     return np.column_stack([np.interp(u[:, j], TABLE_LEVELS, tables[j]) for j in range(len(tables))])
 
 
-_CPU_LIKE = np.array([CPU, DISK_READ, DISK_WRITE, NET_IN, NET_OUT])
-_RAM_LIKE = np.array([RAM, STORAGE])
+_RAM_LIKE = (RAM, STORAGE)  # follow ram's factor; cpu, disk and network follow cpu's
 
 
 class ProductionUsage:
@@ -116,7 +115,14 @@ class ProductionUsage:
         self.bursting = np.zeros(n, dtype=bool)
         self.burst_started = np.zeros(n, dtype=bool)  # this step's new bursts (a step, not a ramp)
         self._dt = float("nan")
-        self._factor = np.ones((n, NDIM))  # gpu column stays 1: gpu usage is the request
+        # Usage is the request times a positive factor: cpu's, ram's, or 1 on gpu. Only the columns
+        # some pod requests are multiplied (Irina's pods request 3 of the 8); the others are 0.
+        self._scaled = [
+            (d, np.ascontiguousarray(self.requests[:, d]), d in _RAM_LIKE)
+            for d in range(NDIM)
+            if d != GPU and self.requests[:, d].any()
+        ]
+        self._gpu = self.requests[:, GPU].any()
 
     def restart(self, pods: np.ndarray) -> None:
         """A killed pod restarts: its noise and burst state start afresh (its profile stays)."""
@@ -168,10 +174,12 @@ class ProductionUsage:
         up = np.flatnonzero(self.bursting)
         cpu_f[up] = np.maximum(cpu_f[up], self.pi[up])
         ram_f[up] = np.maximum(ram_f[up], self.kappa[up])
-        factor = self._factor
-        factor[:, _CPU_LIKE] = cpu_f[:, None]
-        factor[:, _RAM_LIKE] = ram_f[:, None]
-        return self.requests * factor
+        out = np.zeros((n, NDIM))
+        for d, request, ram_like in self._scaled:  # each cell the product R * factor, as a whole
+            np.multiply(request, ram_f if ram_like else cpu_f, out=out[:, d])
+        if self._gpu:
+            out[:, GPU] = self.requests[:, GPU]
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,8 @@ class ProductionParams:
         for key in ("noise_tau_s", "ram_noise_tau_s", "burst_duration_s"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"production {key} must be > 0, got {getattr(self, key)!r}")
+        if not 0.0 <= self.ram_amplitude < 1.0:  # 1 + A sin(...) > 0: memory in use is never negative
+            raise ValueError(f"production ram_amplitude must be in [0, 1), got {self.ram_amplitude!r}")
 
 
 @dataclass(frozen=True)
