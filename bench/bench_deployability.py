@@ -29,10 +29,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -72,6 +70,7 @@ from kalena.deployability_gen import (
     pyramid,
     write_yaml,
 )
+from kalena.testing.processes import run_group
 
 
 def _fd_driver() -> Path | None:
@@ -159,21 +158,9 @@ def bench_poly(args) -> dict:
 
 # --- the tools ----------------------------------------------------------------------------------------
 def _call(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run`` that, on timeout, kills the command's whole process group.
-
-    gcc runs cc1 and Fast Downward's driver runs the translator as grandchildren; killing only
-    the direct child would leave them running after a timeout.
-    """
-    with subprocess.Popen(
-        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    ) as p:
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
-            raise
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    """``subprocess.run`` that, on timeout, kills the command's whole process group (gcc runs cc1
+    and Fast Downward's driver runs the translator as grandchildren)."""
+    return run_group(cmd, timeout=timeout, cwd=cwd)
 
 
 def run_kalena(inst: Instance, q: Query, timeout: float, max_states: int) -> dict:

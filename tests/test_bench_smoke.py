@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kalena.testing.k8s import harness_missing
+from kalena.testing.processes import run_group
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -122,7 +123,10 @@ def test_the_benchmark_runs_to_the_end(
 ) -> None:
     out = tmp_path / "result.json"
     cmd = [sys.executable, str(BENCH / script), *args, *(["--json", str(out)] if writes_json else [])]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)  # a bound on a hang
+    try:  # (a bound on a hang; its workers and helpers end with it)
+        done = run_group(cmd, timeout=600, grace=15)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{' '.join(cmd[1:])} ran past {e.timeout:g} s\n{(e.stderr or '')[-2500:]}")
     assert done.returncode == 0, f"{' '.join(cmd[1:])}\n{done.stdout[-1500:]}\n{done.stderr[-2500:]}"
     if writes_json:
         assert json.loads(out.read_text())  # figures, as an object or a list of runs
