@@ -118,9 +118,10 @@ def main() -> None:
                 agent.writer.forget(batch)
                 events = []
                 while (
-                    not any(e.kind == "psi" for e in events) and time.monotonic() - start < args.max_seconds
+                    not any(e.kind == "psi" for e in events)
+                    and (left := args.max_seconds - (time.monotonic() - start)) > 0
                 ):
-                    events = agent.notifier.wait(5.0)
+                    events = agent.notifier.wait(min(5.0, left))  # (ends at --max-seconds, not past it)
                 if not any(e.kind == "psi" for e in events):
                     quiet = True  # production never stalled long enough to fire a trigger
                     break

@@ -45,3 +45,26 @@ def test_three_trials_each_time_a_trigger_and_a_quota_write_and_nothing_left(tmp
     assert _bench_cgroups() == before  # its cgroups removed
     leftover = subprocess.run(["pgrep", "-f", "kalena.agent.loadgen"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""  # its busy loops ended
+
+
+@pytest.mark.slow
+def test_without_a_stall_it_stops_at_max_seconds_with_a_message(tmp_path: Path) -> None:
+    """No production loop, so production seldom stalls: the run ends at ``--max-seconds`` (the
+    wait for a trigger once went on in whole 5 s steps past it, 4.3 s for 1 s asked) and, when
+    no trigger fired, says so."""
+    if os.geteuid() != 0:
+        pytest.skip("the benchmark creates cgroups: it needs root (euid 0)")
+    before = _bench_cgroups()
+    out = tmp_path / "latency.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--prod", "0", "--max-seconds", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a bound on a hung benchmark
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["elapsed_s"] < 3.0, done.stdout  # 1 s asked (a trial started just before may end it later)
+    if res["stopped_without_trigger"]:
+        assert "no PSI trigger fired before --max-seconds" in done.stdout
+    assert _bench_cgroups() == before
