@@ -49,10 +49,10 @@ def test_with_a_grace_the_group_gets_sigterm_first_and_may_clean_up():
         "time.sleep(300)\n"
     )
     with pytest.raises(subprocess.TimeoutExpired) as err:
-        run_group([sys.executable, "-c", child], timeout=3.0, grace=10.0)
+        run_group([sys.executable, "-c", child], timeout=5.0, grace=10.0)
     assert "cleaned up" in err.value.stdout
     with pytest.raises(subprocess.TimeoutExpired) as err:  # without one: SIGKILL, no clean-up
-        run_group([sys.executable, "-c", child], timeout=3.0)
+        run_group([sys.executable, "-c", child], timeout=5.0)
     assert "ready" in err.value.stdout and "cleaned up" not in err.value.stdout
 
 
