@@ -70,6 +70,8 @@ from kalena.deployability_gen import (
     pyramid,
     write_yaml,
 )
+
+# (gcc runs cc1 and Fast Downward the translator as grandchildren: a timeout ends them too)
 from kalena.testing.processes import run_group
 
 
@@ -157,12 +159,6 @@ def bench_poly(args) -> dict:
 
 
 # --- the tools ----------------------------------------------------------------------------------------
-def _call(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run`` that, on timeout, kills the command's whole process group (gcc runs cc1
-    and Fast Downward's driver runs the translator as grandchildren)."""
-    return run_group(cmd, timeout=timeout, cwd=cwd)
-
-
 def run_kalena(inst: Instance, q: Query, timeout: float, max_states: int) -> dict:
     deadline = time.monotonic() + timeout
     t = time.perf_counter()
@@ -188,13 +184,13 @@ def run_spin(inst: Instance, q: Query, timeout: float) -> dict:
         try:
             for cmd in (["spin", "-a", "m.pml"], ["gcc", *SPIN_CFLAGS]):
                 left = max(1.0, timeout - (time.perf_counter() - t))
-                r = _call(cmd, d, left)
+                r = run_group(cmd, timeout=left, cwd=d)
                 if r.returncode != 0:
                     return {"error": f"{cmd[0]} failed: {(r.stderr or r.stdout)[-300:]}"}
             built = time.perf_counter() - t
             # -E: a configuration with nothing left to do is not an error here; -m: no depth limit
             # short of the state budget (a 2^n - 1 firing witness is deeper than pan's default 10,000)
-            r = _call(["./pan", "-E", "-m100000000"], d, max(1.0, timeout - built))
+            r = run_group(["./pan", "-E", "-m100000000"], timeout=max(1.0, timeout - built), cwd=d)
         except subprocess.TimeoutExpired:
             return {"time_s": None, "timeout": True}
         dt = time.perf_counter() - t
@@ -229,7 +225,7 @@ def run_fd(inst: Instance, q: Query, timeout: float, search: str) -> dict:
             cmd += ["domain.pddl", "problem.pddl", "--search", "astar(blind())"]
         t = time.perf_counter()
         try:
-            r = _call(cmd, d, timeout)
+            r = run_group(cmd, timeout=timeout, cwd=d)
         except subprocess.TimeoutExpired:
             return {"time_s": None, "timeout": True}
         dt = time.perf_counter() - t

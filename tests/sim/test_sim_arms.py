@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kalena.core.resources import CPU, RAM
+from kalena.core.resources import CPU, NON_COMPRESSIBLE_DIMS, RAM
 from kalena.core.tolerance import REL_TOL
 from kalena.core.validate import ConfigError
 from kalena.data import irina_paths
@@ -109,11 +109,10 @@ def test_the_kernels_screen_finds_every_node_a_node_by_node_sum_finds():
     node by node only those near their capacity: the nodes it kills on are exactly those the
     node-by-node rule picks. At one tick two nodes' memory is set a hair (1e-9) above and below
     their capacity, well inside the screen's margin, so the exact sums decide."""
-    from kalena.sim import memory
 
     class Judged(Simulation):
         def _oom(self, now, triggered):  # type: ignore[no-untyped-def]
-            rs, t, nc = self.ledger.row_arrays(), self.table, memory.DIMS_NC
+            rs, t, nc = self.ledger.row_arrays(), self.table, NON_COMPRESSIBLE_DIMS
             live = np.flatnonzero(rs.alive[: rs.high])
             if now == 600.0:  # the hair's breadth, on the first two nodes with three rows or more
                 busy = [n for n in range(self.ledger.n_nodes) if np.count_nonzero(rs.node[live] == n) >= 3]

@@ -60,7 +60,7 @@ from kalena.core.ledger import (
     running_fit,
 )
 from kalena.core.lifecycle import Lifecycle, TaskState, TransitionReason, eviction_reason
-from kalena.core.resources import CPU, NDIM, RAM
+from kalena.core.resources import CPU, NDIM, NON_COMPRESSIBLE_DIMS, RAM
 from kalena.core.tolerance import REL_TOL
 from kalena.sim import cpu, memory
 from kalena.sim.batch import BatchTasks, generate
@@ -195,7 +195,8 @@ class Simulation:
         self.cap_ok = np.isfinite(self.cap[:, CPU]) & (self.cap[:, CPU] > 0)
         self.batch_share = np.zeros(led.n_nodes)  # batch cpu / capacity per node, last tick
         self.harm = (0.0, 0, 0)  # this tick's interference cores, production rows above r, alive
-        self.memory_after = np.zeros((led.n_nodes, len(memory.DIMS_NC)))  # per node, after the last round
+        # per node, after the last round
+        self.memory_after = np.zeros((led.n_nodes, len(NON_COMPRESSIBLE_DIMS)))
         self.memory_steps = np.zeros_like(self.memory_after)  # per node, arrived at once this tick
         self.now = 0.0
         self.tick_no = 0
@@ -428,7 +429,7 @@ class Simulation:
         prod, burst_started = self._production(now, dt)
         # memory that arrives at once this tick (a burst's onset, a placed pod's start) is a step
         # the node agent cannot meet in time (_kernel_first); the rest rises evenly over the tick
-        nc = memory.DIMS_NC
+        nc = NON_COMPRESSIBLE_DIMS
         jump = np.flatnonzero(burst_started)
         steps = np.maximum(prod[jump][:, nc] - np.fmax(t.usage[jump][:, nc], 0.0), 0.0)  # NaN: 0
         t.usage[:p] = prod
@@ -592,8 +593,8 @@ class Simulation:
         rs, n = self.ledger.row_arrays(), self.ledger.n_nodes
         h = rs.high
         bins = np.where(rs.alive[:h], rs.node[:h], n)  # the free rows in group_sum's spare bin
-        out = np.empty((n, len(memory.DIMS_NC)))
-        for i, d in enumerate(memory.DIMS_NC.tolist()):  # a column at a time: no (h, 8) copy
+        out = np.empty((n, len(NON_COMPRESSIBLE_DIMS)))
+        for i, d in enumerate(NON_COMPRESSIBLE_DIMS.tolist()):  # a column at a time: no (h, 8) copy
             # usage is non-negative or NaN: fmax(u, 0) is nan_to_num(u), at a fraction of its cost
             out[:, i] = group_sum(np.fmax(self.table.usage[:h, d], 0.0), bins, n)
         return out
@@ -608,7 +609,7 @@ class Simulation:
         and capacity, the OOM killer acts before the round (:mod:`kalena.sim.memory`)."""
         used = self._node_memory()
         self._memory_seen = (self._rows_version, used)
-        cap = self.cap[:, memory.DIMS_NC]
+        cap = self.cap[:, NON_COMPRESSIBLE_DIMS]
         before, steps = self.memory_after, self.memory_steps
         rise = steps + np.maximum(used - before - steps, 0.0) * (self.cfg.reaction_s / dt)
         with np.errstate(invalid="ignore"):  # an unbounded dimension (inf - inf) never overflows
@@ -626,7 +627,7 @@ class Simulation:
         led, t = self.ledger, self.table
         rs = led.row_arrays()
         h = rs.high
-        nc = memory.DIMS_NC
+        nc = NON_COMPRESSIBLE_DIMS
         alive = rs.alive[:h]
         over_limit = np.zeros(h, dtype=bool)
         with np.errstate(invalid="ignore"):  # NaN (no sample, free row) is never over anything

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kalena.core.resources import NON_COMPRESSIBLE_DIMS
-
-DIMS_NC = NON_COMPRESSIBLE_DIMS  # ram, storage
-
+from kalena.core.resources import NON_COMPRESSIBLE_DIMS as NC  # ram, storage
 
 #: The kubelet's ``oom_score_adj`` for Guaranteed pods and BestEffort ones (its ``qos/policy.go``);
 #: a Burstable pod's lies strictly between, in [3, 999].
@@ -50,18 +47,18 @@ def oom_victims(
     its ``oom_score_adj`` share of the capacity; the highest goes first (ties: the lower row).
     """
     killed: list[int] = []
-    u = np.nan_to_num(usage[rows][:, DIMS_NC], nan=0.0)
-    over_limit = np.any(u > limit[rows][:, DIMS_NC], axis=1)
+    u = np.nan_to_num(usage[rows][:, NC], nan=0.0)
+    over_limit = np.any(u > limit[rows][:, NC], axis=1)
     alive = ~over_limit
     killed.extend(int(r) for r in rows[over_limit])
     total = u[alive].sum(axis=0)
-    cap = capacity[DIMS_NC]
+    cap = capacity[NC]
     if np.all(total <= cap):
         return killed
     worst = int(np.argmax(total - cap))
     live = np.flatnonzero(alive)
     c = cap[worst]
-    badness = u[live, worst] + kubelet_oom_score_adj(request[rows[live], DIMS_NC[worst]], c) * c / 1000.0
+    badness = u[live, worst] + kubelet_oom_score_adj(request[rows[live], NC[worst]], c) * c / 1000.0
     for i in live[np.lexsort((rows[live], -badness))].tolist():
         if np.all(total <= cap):
             break
