@@ -135,6 +135,35 @@ def test_every_estimator_runs_through_the_same_loop(cluster, estimator):
     assert r["reservation_accuracy"]["cpu"]["reservation_over_request"]["n"] > 0
 
 
+@pytest.mark.parametrize("estimator", ["decay", "peak"])
+def test_the_estimator_working_on_the_used_dimensions_only_changes_nothing(cluster, estimator, monkeypatch):
+    """The engine estimates cpu and ram here (no pod requests another dimension); estimating all
+    8, or one more that nobody uses, gives the same run bit for bit. Memory-hungry batch brings
+    evictions and restarts, so rows are started afresh and the estimator's rows grow."""
+    from kalena.core.resources import DISK_READ
+
+    cfg = _tight_memory_config(production_ram_limit_ratio=1.0, policy=PolicyConfig(estimator=estimator))
+    used = Simulation(cluster, cfg)
+    assert used.est_dims == (CPU, RAM) and used.est_state.requests.shape[1] == 2
+    used.run()
+    others = [d for d in range(8) if d not in (CPU, RAM)]
+    assert (np.nan_to_num(used.table.usage[:, others]) == 0).all()  # nobody used the others
+    reports = [timeless(build_report(used))]
+    for dims in (None, (CPU, RAM, DISK_READ)):
+        monkeypatch.setattr(Simulation, "_estimated_dims", lambda self, p, d=dims: d)
+        sim = Simulation(cluster, cfg)
+        assert sim.est_dims == dims
+        sim.run()
+        reports.append(timeless(build_report(sim)))
+    assert reports[0]["evictions"]["reservation-ledger-breach"] > 0
+    assert reports[0] == reports[1] == reports[2]
+
+
+def test_the_histogram_estimates_every_dimension(cluster):
+    sim = Simulation(cluster, SimConfig(hours=0.1, policy=PolicyConfig(estimator="histogram")))
+    assert sim.est_dims is None and sim.est_state.requests.shape[1] == 8
+
+
 BAD_CONFIG = [
     ("hours-zero", {"hours": 0}, "hours"),
     ("dict-for-policy", {"policy": {"estimator": "peak"}}, "SimConfig.policy must be a PolicyConfig"),

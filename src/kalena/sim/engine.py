@@ -60,7 +60,7 @@ from kalena.core.ledger import (
     running_fit,
 )
 from kalena.core.lifecycle import Lifecycle, TaskState, TransitionReason, eviction_reason
-from kalena.core.resources import CPU, NDIM, NON_COMPRESSIBLE_DIMS, RAM
+from kalena.core.resources import CPU, GPU, NDIM, NON_COMPRESSIBLE_DIMS, RAM
 from kalena.core.tolerance import REL_TOL
 from kalena.sim import cpu, memory
 from kalena.sim.batch import BatchTasks, generate
@@ -234,7 +234,24 @@ class Simulation:
         pinned[:p] = [(not cfg.reclaim) or s.reclaim_disabled for s in specs]  # type: ignore[union-attr]
         classes = np.full(cap, int(MarginClass.BATCH))
         classes[:p] = int(MarginClass.SERVICE)
-        self.est_state = self.estimator.init(req, lim, start, grace=grace, pinned=pinned, classes=classes)
+        self.est_dims = self._estimated_dims(p)
+        self.est_state = self.estimator.init(
+            req, lim, start, grace=grace, pinned=pinned, classes=classes, dims=self.est_dims
+        )
+
+    def _estimated_dims(self, p: int) -> tuple[int, ...] | None:
+        """The dimensions the estimator works on (``dims`` of :mod:`kalena.core.estimators.base`):
+        cpu, ram and every other one some pod requests, gpu aside (rule 4 holds it at R). Usage
+        is never anything else: batch and recorded usage fill cpu and ram, the synthetic model the
+        requested dimensions. None (all 8) where leaving one out could change the estimator's
+        answer, or where it would save nothing."""
+        if not self.estimator.zero_stays_zero:
+            return None
+        asked = self.ledger.row_arrays().request[:p].any(axis=0) | self.tasks.requests.any(axis=0)
+        asked[[CPU, RAM]] = True
+        asked[GPU] = False
+        dims = tuple(np.flatnonzero(asked).tolist())
+        return None if len(dims) == NDIM - 1 else dims
 
     def _production(self, t: float, dt: float) -> tuple[np.ndarray, np.ndarray]:
         """Production's usage at ``t`` and the pods whose burst began with it (drawn ahead in ``run``)."""
@@ -264,6 +281,7 @@ class Simulation:
             np.zeros(extra),
             pinned=np.ones(extra, dtype=bool),
             classes=np.full(extra, int(MarginClass.BATCH)),
+            dims=self.est_dims,
         )
         self.est_state = append_rows(self.est_state, spare)
 
@@ -278,6 +296,7 @@ class Simulation:
             grace=np.array([s.startup_grace_s for s in specs]),  # type: ignore[union-attr]
             pinned=np.array([(not cfg.reclaim) or s.reclaim_disabled for s in specs]),  # type: ignore[union-attr]
             classes=np.where(rs.is_batch[rows], int(MarginClass.BATCH), int(MarginClass.SERVICE)),
+            dims=self.est_dims,
         )
         assign_rows(self.est_state, rows, new)
         self.table.started[rows] = now

@@ -130,6 +130,49 @@ def test_rows_of_another_window_are_rejected_naming_the_field_and_both_shapes() 
         append_rows(a, b)
 
 
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        ((), r"dims must be distinct dimension indices 0..7 in ascending order, got \(\)"),
+        ((1, 0), r"ascending order, got \(1, 0\)"),
+        ((0, 0), r"ascending order, got \(0, 0\)"),
+        ((0, 8), r"ascending order, got \(0, 8\)"),
+        ((-1, 0), r"ascending order, got \(-1, 0\)"),
+        ((0, 2), r"dims must leave out gpu \(2\): rule 4 holds its reservation at the request"),
+    ],
+    ids=["empty", "unsorted", "repeated", "too-high", "negative", "gpu"],
+)
+def test_bad_dims_are_rejected(dims: tuple[int, ...], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DecayEstimator().init(ONES, ONES, [0.0, 0.0], dims=dims)
+
+
+@pytest.mark.parametrize("est", ESTIMATORS, ids=IDS)
+def test_rows_estimating_some_dims_take_and_give_all_eight(est) -> None:
+    rng = np.random.default_rng(7)
+    req = rng.uniform(0.5, 2.0, (4, NDIM))
+    state = est.init(req, req * 3, np.zeros(4), grace=0.0, dims=(0, 3))
+    assert state.requests.shape == (4, 2) and state.full.shape == (4, NDIM)
+    with pytest.raises(ValueError, match=r"usage must have shape \(4, 8\), got \(4, 2\)"):
+        est.update_in_place(state, np.ones((4, 2)), 10.0, 10.0)
+    for k in range(3):
+        r = est.update_in_place(state, rng.uniform(0, 4, (4, NDIM)), 10.0 * k, 10.0)
+        assert r.shape == (4, NDIM)
+    kept = r.copy()
+    grown = append_rows(state, est.init(req[:1], req[:1], [0.0], dims=(0, 3)))
+    np.testing.assert_array_equal(grown.full[:4], kept)
+    np.testing.assert_array_equal(grown.full[4], req[0])  # r_0 = R on every dimension
+    np.testing.assert_array_equal(select_rows(grown, [4, 1]).full, grown.full[[4, 1]])
+    assign_rows(grown, [1], est.init(req[[2]], req[[2]], [0.0], dims=(0, 3)))
+    np.testing.assert_array_equal(grown.full[1], req[2])
+    with pytest.raises(
+        ValueError, match=r"combine rows estimating dims \(0, 1\) with rows estimating \(0, 3\)"
+    ):
+        append_rows(state, est.init(req[:1], req[:1], [0.0], dims=(0, 1)))
+    with pytest.raises(ValueError, match=r"estimating dims None with rows estimating \(0, 3\)"):
+        assign_rows(state, [0], est.init(req[:1], req[:1], [0.0]))
+
+
 def test_select_mask_of_the_wrong_length_is_rejected() -> None:
     state = DecayEstimator().init(ONES, ONES, [0.0, 0.0])
     with pytest.raises(ValueError, match=r"keep mask must have shape \(2,\), got \(3,\)"):

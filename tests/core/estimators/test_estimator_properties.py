@@ -166,3 +166,47 @@ def test_histogram_properties(sc: Scenario, q: float, half_life: float) -> None:
                 else min(lim, p.margin * (p.bucket_ratio * hi + p.first_bucket * s))
             )
             assert floor <= r[w, d] <= ceiling * (1 + 1e-9), (w, d, r[w, d], floor, ceiling)
+
+
+ALL = [DecayEstimator(), PeakWithMargin(PeakParams(window=4)), DecayingHistogram()]
+OTHERS = [d for d in range(NDIM) if d != GPU]
+
+
+@settings(max_examples=100, deadline=None)
+@given(sc=scenarios(), which=st.integers(0, 2), dims=st.sets(st.sampled_from(OTHERS), min_size=1))
+def test_estimated_dims_are_the_full_answer_on_theirs_and_the_request_elsewhere(
+    sc: Scenario, which: int, dims: set[int]
+) -> None:
+    est, d = ALL[which], tuple(sorted(dims))
+    rest = [k for k in range(NDIM) if k not in dims]
+    for (_, _, _, full, _), (_, _, _, part, _) in zip(run(est, sc), run(est, sc, dims=d), strict=True):
+        assert full[:, d].tobytes() == part[:, d].tobytes()  # each cell is estimated on its own
+        np.testing.assert_array_equal(part[:, rest], sc.requests[:, rest])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sc=scenarios(), which=st.integers(0, 1), unused=st.sets(st.sampled_from(OTHERS), min_size=1, max_size=6)
+)
+def test_a_dimension_nobody_requests_or_uses_can_be_left_out_bit_for_bit(
+    sc: Scenario, which: int, unused: set[int]
+) -> None:
+    """``zero_stays_zero``: with R = 0 and samples of 0 (or none) the full estimate there is 0."""
+    est = ALL[which]
+    assert est.zero_stays_zero
+    cols = sorted(unused)
+    sc.requests[:, cols] = 0.0
+    sc.usage[:, :, cols] = np.where(np.isnan(sc.usage[:, :, cols]), np.nan, 0.0)
+    dims = tuple(d for d in OTHERS if d not in unused)
+    for (_, _, _, full, _), (_, _, _, part, _) in zip(run(est, sc), run(est, sc, dims=dims), strict=True):
+        assert full.tobytes() == part.tobytes()
+
+
+def test_the_histogram_may_not_leave_an_unused_dimension_out() -> None:
+    """Its lowest bucket reports a little above 0 where nobody uses a dimension (VPA's bound)."""
+    est = DecayingHistogram()
+    assert not est.zero_stays_zero
+    req = np.zeros((1, NDIM))
+    state = est.init(req, np.full((1, NDIM), 4.0), [0.0], grace=0.0)
+    r = est.update_in_place(state, np.zeros((1, NDIM)), 10.0, 10.0)
+    assert (r[0, [d for d in OTHERS]] > 0).all()

@@ -15,13 +15,21 @@ Shared rules (seed 000 §2.5), written once here and applied by :func:`finalize`
 r_0 = R for every row. The state is plain NumPy arrays whose leading axis is the workload (or the
 axis a state names in ``ROW_AXES``), so :func:`append_rows`, :func:`select_rows` and
 :func:`assign_rows` work on every estimator's state without knowing it.
+
+**Estimated dimensions.** ``init(..., dims=...)`` estimates only the dimensions listed; every other
+one holds r = R. The caller names the dimensions some row requests or uses: where no row ever
+requests or uses a dimension, an estimator whose ``zero_stays_zero`` is true gives r = 0 = R
+there anyway, so the answer is the same bit for bit at a fraction of the work (Irina's pods use
+two of the eight beside gpu, which rule 4 holds at R whatever ``dims`` says). The rows then keep
+one column per estimated dimension, and the update still takes and returns all 8.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import ClassVar, Generic, Protocol, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -47,6 +55,12 @@ class EstimatorState:
     spare: np.ndarray  # (W, 8) float64 scratch
     missing: np.ndarray  # (W, 8) bool scratch
 
+    #: The dimensions estimated, ascending and without gpu, or None for all 8 (module docstring):
+    #: the (W, 8) rows above then have one column per dimension listed, and ``full`` holds r_t on
+    #: all 8, the dimensions not listed at R.
+    dims: tuple[int, ...] | None = field(default=None, kw_only=True)
+    full: np.ndarray | None = field(default=None, kw_only=True)
+
     #: Fields whose workload axis is not the first (a ring stored slot-major, say): name -> axis.
     ROW_AXES: ClassVar[dict[str, int]] = {}
 
@@ -71,8 +85,9 @@ class ReservationEstimator(Protocol[S]):
         grace: ArrayLike | None = None,
         pinned: ArrayLike | None = None,
         classes: ArrayLike | None = None,
+        dims: Sequence[int] | None = None,
     ) -> S:
-        """State for W new workloads with r_0 = R."""
+        """State for W new workloads with r_0 = R (``dims``: the dimensions estimated)."""
         ...
 
     def update_in_place(self, state: S, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
@@ -96,6 +111,10 @@ class EstimatorBase(Generic[S]):
 
     __slots__ = ()
 
+    #: With R = 0 and only zero or missing samples, r stays 0: a dimension no row requests or uses
+    #: may be left out of ``dims`` without changing an answer (module docstring).
+    zero_stays_zero: ClassVar[bool] = True
+
     def init(
         self,
         requests: ArrayLike,
@@ -105,15 +124,17 @@ class EstimatorBase(Generic[S]):
         grace: ArrayLike | None = None,
         pinned: ArrayLike | None = None,
         classes: ArrayLike | None = None,
+        dims: Sequence[int] | None = None,
     ) -> S:
         """State for W new workloads with r_0 = R; bad input raises ValueError naming key and value.
 
         ``grace`` defaults to 300 s and ``pinned`` to False; ``classes`` is used only by
-        estimators whose margin depends on the class (PeakWithMargin).
+        estimators whose margin depends on the class (PeakWithMargin); ``dims``: the dimensions
+        estimated (module docstring), all 8 by default.
         """
-        return self.new_state(base_fields(requests, limits, started_at, grace, pinned), classes)
+        return self.new_state(base_fields(requests, limits, started_at, grace, pinned, dims), classes)
 
-    def new_state(self, rows: dict[str, np.ndarray], classes: ArrayLike | None) -> S:
+    def new_state(self, rows: dict[str, Any], classes: ArrayLike | None) -> S:
         raise NotImplementedError
 
     def update_in_place(self, state: S, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
@@ -140,13 +161,25 @@ def _rows(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: type) -> n
     return arr
 
 
+def _check_dims(dims: Sequence[int]) -> tuple[int, ...]:
+    out = tuple(int(d) for d in dims)
+    if not out or list(out) != sorted(set(out)) or out[0] < 0 or out[-1] >= NDIM:
+        raise ValueError(
+            f"dims must be distinct dimension indices 0..{NDIM - 1} in ascending order, got {out}"
+        )
+    if GPU in out:
+        raise ValueError(f"dims must leave out gpu ({GPU}): rule 4 holds its reservation at the request")
+    return out
+
+
 def base_fields(
     requests: ArrayLike,
     limits: ArrayLike,
     started_at: ArrayLike,
     grace: ArrayLike | None,
     pinned: ArrayLike | None,
-) -> dict[str, np.ndarray]:
+    dims: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """Validated fields of :class:`EstimatorState`; bad input raises ValueError naming key and value."""
     req = np.array(requests, dtype=np.float64)
     if req.ndim != 2 or req.shape[1] != NDIM:
@@ -164,7 +197,12 @@ def base_fields(
     ):
         if bad.any():
             raise _bad_cell(name, arr, bad, what)
-    return {
+    out: dict[str, Any] = {}
+    if dims is not None:
+        d = _check_dims(dims)
+        out = {"dims": d, "full": req.copy()}  # r_0 = R on all 8
+        req, lim = req.take(d, axis=1), lim.take(d, axis=1)
+    return out | {
         "requests": req,
         "limits": lim,
         "grace_until": start + gr,
@@ -175,14 +213,19 @@ def base_fields(
     }
 
 
-def check_step(state: EstimatorState, usage: np.ndarray, now: float, dt: float) -> None:
-    """Cheap per-call checks (shapes and scalars only: the hot path does not scan values)."""
-    if usage.shape != state.requests.shape:
-        raise ValueError(f"usage must have shape {state.requests.shape}, got {usage.shape}")
+def check_step(state: EstimatorState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
+    """Cheap per-call checks (shapes and scalars only: the hot path does not scan values); returns
+    the usage of the estimated dimensions (``usage`` itself when all 8 are)."""
+    want = state.requests.shape if state.dims is None else (state.n, NDIM)
+    if usage.shape != want:
+        raise ValueError(f"usage must have shape {want}, got {usage.shape}")
     if not np.isfinite(now):
         raise ValueError(f"now must be a finite time in seconds, got {now!r}")
     if not (np.isfinite(dt) and dt >= 0):
         raise ValueError(f"dt must be a finite sample spacing >= 0 s, got {dt!r}")
+    # A gather into a fresh (W, k) array: arithmetic on a strided (W, k) view of (W, 8) runs an
+    # inner loop of k cells per row, slower than on all 8 contiguous ones.
+    return usage if state.dims is None else usage.take(state.dims, axis=1)
 
 
 # the shared rules ----------------------------------------------------------------------------------
@@ -192,7 +235,8 @@ def held_rows(state: EstimatorState, now: float) -> np.ndarray:
 
 
 def finalize(state: EstimatorState, usage: np.ndarray, hold: np.ndarray) -> np.ndarray:
-    """Apply rules 1-4 to the raw estimate in ``state.spare`` and make it r_t; return r_t.
+    """Apply rules 1-4 to the raw estimate in ``state.spare`` and make it r_t; return r_t on all 8
+    dimensions (``usage``: the estimated dimensions' samples, as :func:`check_step` returns them).
 
     Rule order matters only for clarity: R <= L and r_{t-1} <= L, so every rule keeps r <= L.
     """
@@ -203,9 +247,14 @@ def finalize(state: EstimatorState, usage: np.ndarray, hold: np.ndarray) -> np.n
         np.copyto(est, state.reservation, where=missing)
     if hold.any():  # 3. startup grace or opt-out
         _copy_rows(est, state.requests, hold)
-    est[:, GPU] = state.requests[:, GPU]  # 4. gpu is never reclaimed
+    if state.dims is None:
+        est[:, GPU] = state.requests[:, GPU]  # 4. gpu is never reclaimed (with dims: never estimated)
     state.spare, state.reservation = state.reservation, est
-    return est
+    if state.full is None or state.dims is None:
+        return est
+    for j, d in enumerate(state.dims):  # a column at a time (a (W, k) strided write is slower)
+        state.full[:, d] = est[:, j]
+    return state.full
 
 
 def _copy_rows(dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> None:
@@ -256,6 +305,8 @@ def select_rows(state: S, keep: ArrayLike) -> S:
 def _check_same_kind(state: S, new: S) -> None:
     if type(new) is not type(state):
         raise TypeError(f"cannot combine {type(new).__name__} rows with {type(state).__name__}")
+    if new.dims != state.dims:
+        raise ValueError(f"cannot combine rows estimating dims {new.dims} with rows estimating {state.dims}")
     for k in _row_fields(state):
         a, b = getattr(state, k), getattr(new, k)
         ax = _axis(state, k)

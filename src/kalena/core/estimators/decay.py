@@ -20,6 +20,7 @@ allocation per call.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -66,11 +67,11 @@ class DecayEstimator(EstimatorBase[DecayState]):
 
     params: DecayParams = field(default_factory=DecayParams)
 
-    def new_state(self, rows: dict[str, np.ndarray], classes: ArrayLike | None) -> DecayState:
+    def new_state(self, rows: dict[str, Any], classes: ArrayLike | None) -> DecayState:
         return DecayState(**rows, mu=np.empty_like(rows["requests"]))  # one margin for every class
 
     def update_in_place(self, state: DecayState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
-        check_step(state, usage, now, dt)
+        usage = check_step(state, usage, now, dt)
         alpha = self.params.alpha(dt)
         mu = np.multiply(usage, self.params.margin, out=state.mu)  # m*u
         # r - m*u straight into the scratch (a copy of r first and a subtraction in place was one

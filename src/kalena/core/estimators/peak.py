@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -129,7 +129,7 @@ class PeakWithMargin(EstimatorBase[PeakState]):
 
     params: PeakParams = field(default_factory=PeakParams)
 
-    def new_state(self, rows: dict[str, np.ndarray], classes: ArrayLike | None) -> PeakState:
+    def new_state(self, rows: dict[str, Any], classes: ArrayLike | None) -> PeakState:
         """``classes``: (W,) :class:`MarginClass` codes; default service (the fattest margin)."""
         w, d = rows["requests"].shape
         cls = np.zeros(w, dtype=np.intp) if classes is None else np.asarray(classes)
@@ -153,7 +153,7 @@ class PeakWithMargin(EstimatorBase[PeakState]):
         )
 
     def update_in_place(self, state: PeakState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
-        check_step(state, usage, now, dt)
+        usage = check_step(state, usage, now, dt)
         hold = held_rows(state, now)
         head = state.head
         slot = state.window[head]  # (W, 8): the oldest sample, about to be overwritten
