@@ -12,6 +12,9 @@ recompute its suffix top-k once every K updates (its median does not show them).
 
     python bench/bench_estimator.py                      # 100,000 workloads
     python bench/bench_estimator.py --workloads 10000 --json /tmp/est.json
+
+Decay and PeakWithMargin are also timed estimating cpu and ram only (``dims``, what the simulator
+does where no pod requests another dimension): the update still takes and returns (W, 8).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from kalena.core.estimators import (
 )
 from kalena.core.estimators.base import copy_state
 from kalena.core.estimators.peak import full_sort, rebuild
-from kalena.core.resources import NDIM
+from kalena.core.resources import CPU, NDIM, RAM
 from machine import machine_info  # bench/ is on sys.path when a script runs
 
 DT = 10.0  # seconds between samples, the node agent's default cadence
@@ -124,6 +127,28 @@ def main() -> None:
         "PeakWithMargin, full sort",
         timings_ms(sorted_step, args.warmup, args.repeats),
         f"full window, K = {args.window}, the window sorted every update (before the top-k)",
+    )
+
+    # The simulator's case: only cpu and ram estimated (``dims``), the usage and the answer (W, 8).
+    dims = (CPU, RAM)
+    d2state = decay.init(requests, limits, started, grace=grace, dims=dims)
+
+    def decay2_step(k: int) -> object:
+        return decay.update_in_place(d2state, samples[k % 4], DT * k, DT)
+
+    record("DecayEstimator, 2", timings_ms(decay2_step, args.warmup, args.repeats), "dims = cpu, ram")
+    p2state = peak.init(requests, limits, started, grace=grace, classes=rng.integers(0, 3, w), dims=dims)
+    p2state.window[...] = requests[None, :, dims] * rng.uniform(0, 1.5, (args.window, w, len(dims)))
+    p2state.n_valid[...] = args.window
+    rebuild(p2state)
+
+    def peak2_step(k: int) -> object:
+        return peak.update_in_place(p2state, samples[k % 4], DT * k, DT)
+
+    record(
+        "PeakWithMargin, 2",
+        timings_ms(peak2_step, args.warmup, max(args.repeats, 2 * args.window)),
+        f"dims = cpu, ram; K = {args.window}, flips included",
     )
 
     hist = DecayingHistogram(HistogramParams(n_buckets=args.buckets))
