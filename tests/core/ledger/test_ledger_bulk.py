@@ -94,6 +94,9 @@ def test_the_bulk_loads_are_the_loop(case):
     for i, r in refused.items():
         assert [x.code for x in r.reasons] == [x.code for x in want_refused[i].reasons]
         assert r.reasons == want_refused[i].reasons
+        # as the loop gives it: the node's epoch at its turn, the ledger's epoch after it
+        assert r.commitment == want_refused[i].commitment
+        assert r.global_epoch == want_refused[i].global_epoch
     assert _state(bulk) == _state(loop)
     # the selector index, built late for the bulk ledger, answers as the one kept all along
     for sel in (Selector(match_labels={"app": "b1"}), Selector(names=("p0", "b0"))):
@@ -105,6 +108,30 @@ def test_the_bulk_loads_are_the_loop(case):
     assert _state(bulk) == _state(loop)
     late = bulk.matching_rows(Selector(names=("late",))).tolist()
     assert late == ([bulk.row_arrays().ids.tolist().index("late")] if took[0] else [])
+
+
+def test_a_refusal_is_the_loops_even_when_later_ones_on_other_nodes_are_taken():
+    """(The hypothesis case above draws repeated ids often, which the loop itself answers.)"""
+    nodes = [NodeSpec(f"n{i}", allocatable=CAP) for i in range(2)]
+    pairs = [
+        (_spec("b0", 0.5, 1.0, Tier.BATCH), 0),
+        (_spec("b1", 3.9, 1.0, Tier.BATCH), 0),  # does not fit beside b0
+        (_spec("b2", 0.5, 1.0, Tier.BATCH), 0),  # not tried: node 0 refused one
+        (_spec("b3", 0.5, 1.0, Tier.BATCH), 1),
+        (_spec("b4", 0.5, 0.5, Tier.BATCH, gpu=1.0), 1),  # gpu: never placed by Kalena
+    ]
+    bulk, loop = (Ledger.from_blueprint(nodes, [CAP] * 2, [], {}) for _ in range(2))
+    placed, refused = bulk.place_until_refused(pairs)
+    assert placed.tolist() == [True, False, False, True, False]
+    want, stopped = {}, set()
+    for i, (w, n) in enumerate(pairs):
+        if n not in stopped and not (r := loop.apply(PlaceBatch(w, n, loop.node_epoch(n)))).accepted:
+            stopped.add(n)
+            want[i] = r
+    assert sorted(refused) == sorted(want) == [1, 4]
+    assert refused == want  # the commitment (its node's epoch then), the reasons and the epoch then
+    assert refused[1].global_epoch == 1 and refused[4].global_epoch == 2
+    assert [x.code for x in refused[4].reasons] == [ReasonCode.GPU_REQUESTED]
 
 
 def test_an_empty_load_and_a_bad_node_index():

@@ -381,54 +381,20 @@ class Ledger:
         workload that is not batch, an id twice or already placed, a node out of range)."""
         k = len(cs)
         specs = [c.workload for c in cs]
-        ids = [w.id for w in specs]
-        if (
-            any(w.tier is not Tier.BATCH or w.is_daemonset for w in specs)
-            or len(set(ids)) < k
-            or not self._row_of.keys().isdisjoint(ids)
-        ):
+        if any(w.tier is not Tier.BATCH or w.is_daemonset for w in specs):
             return None
         where = np.fromiter((c.node for c in cs), dtype=np.int64, count=k)
         if where.min() < 0 or where.max() >= self.n_nodes:
             return None
         stamp = np.fromiter((c.node_epoch for c in cs), dtype=np.int64, count=k)
-        req = np.array([w.requests.array() for w in specs], dtype=np.float64)
-        rank = rank_within(where)
-        epoch_then = self._node_epoch[where] + rank  # the node's epoch when each comes, if all before it took
-        running, fits = running_fit(self._reservation_sum, where, req, self._capacity_tol)
-        ok = (stamp == epoch_then) & (req[:, GPU] <= 0) & fits
-        # a node takes its commitments up to its first refusal; the later ones on it are stale
-        first_bad = np.full(self.n_nodes, k, dtype=np.int64)
-        np.minimum.at(first_bad, where[~ok], rank[~ok])
-        cut = first_bad[where]
-        took = rank < cut
-        g0 = self._global_epoch
-        epochs = g0 + np.cumsum(took)  # the ledger's epoch after each, as its result carries it
-        results: list[CommitResult | None] = [None] * k
-        # the refusals' reasons first, against the sums as they stand before the adds
-        for i in np.flatnonzero(~took).tolist():
-            c, n, g = cs[i], int(where[i]), int(epochs[i])
-            if rank[i] > cut[i]:
-                reasons: tuple[Reason, ...] = (_stale_reason(_EARLIER_REJECTED),)
-            elif stamp[i] != epoch_then[i]:
-                then = f"node {self.nodes[n].name} is at epoch {int(epoch_then[i])}"
-                reasons = (_stale_reason(f"{then}, not {c.node_epoch}"),)
-            elif req[i, GPU] > 0:
-                reasons = (Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=float(req[i, GPU])),)
-            else:  # the node's use with the ones it took before this one (running's earlier row)
-                prev = np.flatnonzero((where[:i] == n) & took[:i])
-                used = running[prev[-1]] if len(prev) else self._reservation_sum[n]
-                reasons = insufficient_resources(req[i], used, self._capacity[n])
-            results[i] = CommitResult(c, False, reasons, g)
-        take = np.flatnonzero(took)
-        if take.size:
-            self._global_epoch += int(take.size)
-            np.add.at(self._node_epoch, where[take], 1)
-            taken = [specs[i] for i in take]
-            self._add_many(taken, where[take], req[take], req[take], epochs[take], is_batch=True)
-        for i in take.tolist():
-            results[i] = CommitResult(cs[i], True, (), int(epochs[i]))
-        return tuple(results)  # type: ignore[arg-type]
+        bulk = self._place_bulk(specs, where, stamp)
+        if bulk is None:
+            return None
+        took, epochs, reasons = bulk
+        return tuple(
+            CommitResult(c, bool(t), reasons.get(i, ()), e)
+            for i, (c, t, e) in enumerate(zip(cs, took.tolist(), epochs.tolist(), strict=True))
+        )
 
     def place_until_refused(
         self, placements: Sequence[tuple[WorkloadSpec, int]]
@@ -437,13 +403,12 @@ class Ledger:
         that once one is refused on a node the later ones on that node are not tried: a cluster
         shell loading what it observes (:func:`~kalena.core.ledger.observed.observed_ledger`).
         Returns which were placed, ``(k,)`` bool, and the refusal of each node that had one (by
-        position in ``placements``). Sums, rows, versions and epochs are bitwise those of the
-        loop of ``apply``; the refusals carry the epoch after the whole load."""
+        position in ``placements``), as that loop of ``apply`` gives it; sums, rows, versions and
+        epochs are bitwise the loop's."""
         k = len(placements)
-        placed = np.zeros(k, dtype=bool)
         refused: dict[int, CommitResult] = {}
         if not k:
-            return placed, refused
+            return np.zeros(0, dtype=bool), refused
         specs = [w for w, _ in placements]
         for w in specs:
             if w.tier is not Tier.BATCH or w.is_daemonset:
@@ -452,40 +417,70 @@ class Ledger:
         if where.min() < 0 or where.max() >= self.n_nodes:
             bad = int(where[(where < 0) | (where >= self.n_nodes)][0])
             raise IndexError(f"node index {bad} outside 0..{self.n_nodes - 1}")
-        ids = [w.id for w in specs]
-        if len(set(ids)) < k or not self._row_of.keys().isdisjoint(ids):
+        bulk = self._place_bulk(specs, where, None)
+        if bulk is None:
             # an id twice (never so from an apiserver or an engine): whether the second is refused
             # as placed depends on whether the first was; the loop itself says
             return self._place_one_by_one(placements)
+        took, epochs, reasons = bulk
+        stopped: set[int] = set()
+        for i in sorted(reasons):  # each node's first refusal (the later ones there are not tried)
+            n = int(where[i])
+            if n not in stopped:
+                stopped.add(n)
+                # every earlier one there was taken and no later one: its epoch now was the one then
+                c = PlaceBatch(specs[i], n, int(self._node_epoch[n]))
+                refused[i] = CommitResult(c, False, reasons[i], int(epochs[i]))
+        return took, refused
+
+    def _place_bulk(
+        self, specs: Sequence[WorkloadSpec], where: np.ndarray, stamp: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[Reason, ...]]] | None:
+        """The loop of ``PlaceBatch(specs[i], where[i], stamp[i])`` in order at once, a node's later
+        ones stale once one there is refused (``stamp`` None: each at its node's epoch at its
+        turn). Batch workloads on nodes in range only. Returns whether each was taken, the ledger's
+        epoch after each, and the reasons of each refused one; None where an id repeats or is
+        placed already (whether the loop refuses it depends on what it took before)."""
+        k = len(specs)
+        ids = [w.id for w in specs]
+        if len(set(ids)) < k or not self._row_of.keys().isdisjoint(ids):
+            return None
         req = np.array([w.requests.array() for w in specs], dtype=np.float64)
         running, fits = running_fit(self._reservation_sum, where, req, self._capacity_tol)
         ok = fits & (req[:, GPU] <= 0)
-        cuts: dict[int, np.ndarray] = {}
-        order = np.argsort(where, kind="stable")
-        for group in np.split(order, np.flatnonzero(np.diff(where[order])) + 1):
-            cut = len(group) if ok[group].all() else int(np.argmin(ok[group]))
-            placed[group[:cut]] = True
-            if cut < len(group):  # the node's use before the refused one
-                before = running[group[cut - 1]] if cut else self._reservation_sum[where[group[0]]]
-                cuts[int(group[cut])] = before
-        take = np.flatnonzero(placed)
+        rank = rank_within(where)
+        if stamp is not None:  # the node's epoch when each comes, if all before it there took
+            epoch_then = self._node_epoch[where] + rank
+            ok &= stamp == epoch_then
+        # a node takes its commitments up to its first refusal; the later ones on it are stale
+        first_bad = np.full(self.n_nodes, k, dtype=np.int64)
+        np.minimum.at(first_bad, where[~ok], rank[~ok])
+        cut = first_bad[where]
+        took = rank < cut
+        epochs = self._global_epoch + np.cumsum(took)  # the ledger's epoch after each
+        reasons: dict[int, tuple[Reason, ...]] = {}
+        # the refusals' reasons first, against the sums as they stand before the adds
+        for i in np.flatnonzero(~took).tolist():
+            n = int(where[i])
+            if rank[i] > cut[i]:
+                reasons[i] = (_stale_reason(_EARLIER_REJECTED),)
+            elif stamp is not None and stamp[i] != epoch_then[i]:
+                then = f"node {self.nodes[n].name} is at epoch {int(epoch_then[i])}"
+                reasons[i] = (_stale_reason(f"{then}, not {int(stamp[i])}"),)
+            elif req[i, GPU] > 0:
+                reasons[i] = (Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=float(req[i, GPU])),)
+            else:  # the node's use with the ones it took before this one (running's earlier row)
+                prev = np.flatnonzero((where[:i] == n) & took[:i])
+                used = running[prev[-1]] if len(prev) else self._reservation_sum[n]
+                reasons[i] = insufficient_resources(req[i], used, self._capacity[n])
+        take = np.flatnonzero(took)
         if take.size:
-            versions = self._global_epoch + np.arange(1, take.size + 1, dtype=np.int64)
             self._global_epoch += int(take.size)
             np.add.at(self._node_epoch, where[take], 1)
             self._add_many(
-                [specs[i] for i in take], where[take], req[take], req[take], versions, is_batch=True
+                [specs[i] for i in take], where[take], req[take], req[take], epochs[take], is_batch=True
             )
-        for i, used in sorted(cuts.items()):
-            c = PlaceBatch(specs[i], int(where[i]), int(self._node_epoch[where[i]]))
-            if req[i, GPU] > 0:
-                gpu = Reason(ReasonCode.GPU_REQUESTED, "gpu", requested=float(req[i, GPU]))
-                refused[i] = self._result(c, False, (gpu,))
-            else:
-                refused[i] = self._result(
-                    c, False, insufficient_resources(req[i], used, self._capacity[int(where[i])])
-                )
-        return placed, refused
+        return took, epochs, reasons
 
     def _place_one_by_one(
         self, placements: Sequence[tuple[WorkloadSpec, int]]
