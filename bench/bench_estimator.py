@@ -32,6 +32,7 @@ from kalena.core.estimators import (
     DecayingHistogram,
     HistogramParams,
     PeakParams,
+    PeakState,
     PeakWithMargin,
 )
 from kalena.core.estimators.base import copy_state
@@ -97,57 +98,51 @@ def main() -> None:
 
     record("numpy floor", timings_ms(floor_pass, args.warmup, args.repeats), "np.multiply(usage, m, out=buf)")
 
+    def stepper(est: object, state: object) -> Callable[[int], object]:
+        return lambda k: est.update_in_place(state, samples[k % 4], DT * k, DT)  # type: ignore[attr-defined]
+
     decay = DecayEstimator()
     dstate = decay.init(requests, limits, started, grace=grace)
-
-    def decay_step(k: int) -> object:
-        return decay.update_in_place(dstate, samples[k % 4], DT * k, DT)
-
-    record("DecayEstimator", timings_ms(decay_step, args.warmup, args.repeats), "the spec's default")
+    record(
+        "DecayEstimator", timings_ms(stepper(decay, dstate), args.warmup, args.repeats), "the spec's default"
+    )
 
     peak = PeakWithMargin(PeakParams(window=args.window))
-    pstate = peak.init(requests, limits, started, grace=grace, classes=rng.integers(0, 3, w))
-    pstate.window[...] = requests[None] * rng.uniform(0, 1.5, (args.window, w, NDIM))
-    pstate.n_valid[...] = args.window
+
+    def warm_peak(dims: tuple[int, ...] | None) -> PeakState:
+        """Rows whose window is full (written directly, then its top-k rebuilt)."""
+        cols = list(range(NDIM)) if dims is None else list(dims)
+        state = peak.init(requests, limits, started, grace=grace, classes=rng.integers(0, 3, w), dims=dims)
+        state.window[...] = requests[None, :, cols] * rng.uniform(0, 1.5, (args.window, w, len(cols)))
+        state.n_valid[...] = args.window
+        return state
+
+    pstate = warm_peak(None)
     sorted_state = full_sort(copy_state(pstate))  # the same rows, sorted every update (the old path)
     rebuild(pstate)  # the suffix and prefix top-k of the window written above
-
-    def peak_step(k: int) -> object:
-        return peak.update_in_place(pstate, samples[k % 4], DT * k, DT)
-
-    def sorted_step(k: int) -> object:
-        return peak.update_in_place(sorted_state, samples[k % 4], DT * k, DT)
-
+    peak_repeats = max(args.repeats, 2 * args.window)  # two ring cycles: flips included
     record(
         "PeakWithMargin",
-        timings_ms(peak_step, args.warmup, max(args.repeats, 2 * args.window)),
+        timings_ms(stepper(peak, pstate), args.warmup, peak_repeats),
         f"full window, K = {args.window}, sliding top-{pstate.prefix.shape[0]} (flips included)",
     )
     record(
         "PeakWithMargin, full sort",
-        timings_ms(sorted_step, args.warmup, args.repeats),
+        timings_ms(stepper(peak, sorted_state), args.warmup, args.repeats),
         f"full window, K = {args.window}, the window sorted every update (before the top-k)",
     )
 
     # The simulator's case: only cpu and ram estimated (``dims``), the usage and the answer (W, 8).
     dims = (CPU, RAM)
     d2state = decay.init(requests, limits, started, grace=grace, dims=dims)
-
-    def decay2_step(k: int) -> object:
-        return decay.update_in_place(d2state, samples[k % 4], DT * k, DT)
-
-    record("DecayEstimator, 2", timings_ms(decay2_step, args.warmup, args.repeats), "dims = cpu, ram")
-    p2state = peak.init(requests, limits, started, grace=grace, classes=rng.integers(0, 3, w), dims=dims)
-    p2state.window[...] = requests[None, :, dims] * rng.uniform(0, 1.5, (args.window, w, len(dims)))
-    p2state.n_valid[...] = args.window
+    record(
+        "DecayEstimator, 2", timings_ms(stepper(decay, d2state), args.warmup, args.repeats), "dims = cpu, ram"
+    )
+    p2state = warm_peak(dims)
     rebuild(p2state)
-
-    def peak2_step(k: int) -> object:
-        return peak.update_in_place(p2state, samples[k % 4], DT * k, DT)
-
     record(
         "PeakWithMargin, 2",
-        timings_ms(peak2_step, args.warmup, max(args.repeats, 2 * args.window)),
+        timings_ms(stepper(peak, p2state), args.warmup, peak_repeats),
         f"dims = cpu, ram; K = {args.window}, flips included",
     )
 
@@ -155,9 +150,7 @@ def main() -> None:
     hstate = hist.init(requests, limits, started, grace=grace)
     settle = 20  # untimed updates that fill the histogram and settle its percentile cache
 
-    def hist_step(k: int) -> object:
-        return hist.update_in_place(hstate, samples[k % 4], DT * k, DT)
-
+    hist_step = stepper(hist, hstate)
     for k in range(settle):
         hist_step(k)
     ms = timings_ms(lambda k: hist_step(settle + k), args.warmup, args.repeats)
