@@ -71,6 +71,7 @@ ROW_BLOCKS = [
     ("mixed", np.array([[0] * 8, [1] * 8, [0, 0, 0, 1, 0, 0, 0, 0], [1] * 7 + [0]], dtype=bool)),
     ("empty", np.zeros((0, 8), dtype=bool)),
     ("one-row", np.ones((1, 8), dtype=bool)),
+    ("three-wide", np.array([[1, 1, 1], [1, 0, 1], [0, 0, 0]], dtype=bool)),  # no word: the fallback
 ]
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kalena.core.ledger.rows import all_per_row
 from kalena.core.resources import DIMS
 from kalena.core.tolerance import REL_TOL
 from kalena.core.verdict import Reason, ReasonCode
@@ -28,7 +29,9 @@ def fits_mask(request: np.ndarray, used: np.ndarray, capacity_tol: np.ndarray) -
 
     ``capacity_tol`` is :func:`tolerant_capacity` of the capacity rows (precomputed once per ledger).
     """
-    return (used + request <= capacity_tol).all(axis=-1)
+    ok = used + request <= capacity_tol
+    # per row, one word comparison (all_per_row); one node's (8,) row is a plain all
+    return all_per_row(ok) if ok.ndim == 2 else ok.all(axis=-1)
 
 
 def rank_within(nodes: np.ndarray) -> np.ndarray:
@@ -72,7 +75,7 @@ def running_fit(
     np.cumsum(block, axis=1, out=block)
     running = np.empty_like(requests)
     running[order] = block[group, pos]
-    fits = (running <= capacity_tol[nodes]).all(axis=1)
+    fits = all_per_row(running <= capacity_tol[nodes])
     return running, fits
 
 
@@ -89,7 +92,7 @@ def _running_fit_by_node(
     for group in np.split(order, starts[1:]):
         n = int(nodes[group[0]])
         running[group] = np.cumsum(np.vstack([used[n], requests[group]]), axis=0)[1:]
-    fits = (running <= capacity_tol[nodes]).all(axis=1)
+    fits = all_per_row(running <= capacity_tol[nodes])
     return running, fits
 
 

@@ -193,7 +193,7 @@ _ALL_TRUE = 0x0101010101010101
 
 def _words(mask: np.ndarray) -> np.ndarray | None:
     """``(k,)`` uint64 view of a C-contiguous ``(k, 8)`` bool block (``None`` for any other layout)."""
-    if NDIM != 8 or mask.dtype != np.bool_ or mask.ndim != 2 or not mask.flags.c_contiguous:
+    if mask.dtype != np.bool_ or mask.ndim != 2 or mask.shape[1] != 8 or not mask.flags.c_contiguous:
         return None
     return mask.view(_WORD).reshape(len(mask))
 
