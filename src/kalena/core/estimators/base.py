@@ -76,6 +76,9 @@ S = TypeVar("S", bound=EstimatorState)
 class ReservationEstimator(Protocol[S]):
     """What the ledger and the simulator call. Implementations are frozen and hold only params."""
 
+    #: Whether a dimension no row requests or uses may be left out of ``dims`` (module docstring).
+    zero_stays_zero: ClassVar[bool]
+
     def init(
         self,
         requests: ArrayLike,
