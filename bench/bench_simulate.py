@@ -20,6 +20,11 @@ run both as ``kalena simulate``'s ``--no-reclaim`` / ``--baseline`` and ``--esti
 trees compare side by side with one core each: ``taskset -c 0 env PYTHONPATH=OLD/src python
 bench/bench_simulate.py ...`` beside ``taskset -c 1 python bench/bench_simulate.py ...``.
 
+``--phases`` also times each step of a tick (the engine's methods that ``Simulation.step`` calls,
+wrapped with a timer: each figure includes what that step calls, the round its lifecycle and OOM
+checks, placement its row starts) and the estimator's update alone, and prints them beside the
+run's wall time; the timers add a little to it.
+
 The machine's load is printed with the figures: other processes sharing the cores slow every figure.
 """
 
@@ -46,13 +51,61 @@ def _since(start: tuple[float, float]) -> tuple[float, float]:
     return wall - start[0], cpu - start[1]
 
 
-def run(cluster_factory, config: SimConfig) -> dict:  # type: ignore[no-untyped-def]
+#: The steps of a tick, as ``Simulation.step`` calls them (and placement's pass, and the row starts).
+PHASES = (
+    "_arrivals",
+    "_evictions_done",
+    "_usage_and_cpu",
+    "_completions",
+    "_kernel_first",
+    "_estimate",
+    "_round",
+    "_kernel_only",
+    "_place",
+    "_check",
+    "_account",
+)
+
+
+def timed(sim: Simulation) -> dict[str, float]:
+    """Wrap ``sim``'s tick steps and its estimator's update with timers (on this object only)."""
+    spent: dict[str, float] = {}
+
+    def wrap(name: str, fn):  # type: ignore[no-untyped-def]
+        def timer(*a, **k):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+
+        return timer
+
+    for name in PHASES:
+        setattr(sim, name, wrap(name.strip("_"), getattr(sim, name)))
+    est = sim.estimator
+    update = wrap("estimator update", est.update_in_place)
+
+    class Timed:  # the estimator with its update timed (a frozen dataclass cannot be patched)
+        zero_stays_zero = est.zero_stays_zero
+
+        def __getattr__(self, attr: str):  # type: ignore[no-untyped-def]
+            return getattr(est, attr)
+
+        update_in_place = staticmethod(update)
+
+    sim.estimator = Timed()  # type: ignore[assignment]
+    return spent
+
+
+def run(cluster_factory, config: SimConfig, phases: bool = False) -> dict:  # type: ignore[no-untyped-def]
     t0 = _clock()
     cluster = cluster_factory()
     setup_wall, _ = _since(t0)
     t1 = _clock()
     sim = Simulation(cluster, config)
     init_wall, _ = _since(t1)
+    spent = timed(sim) if phases else None
     t2 = _clock()
     sim.run()
     run_wall, run_cpu = _since(t2)
@@ -77,7 +130,14 @@ def run(cluster_factory, config: SimConfig) -> dict:  # type: ignore[no-untyped-
         "escalations": report["escalations"],
         "production_unmet_cpu_core_seconds": report["production_unmet_cpu_core_seconds"],
         "restoration_violations": report["restoration_violations"],
-    }
+    } | ({"phases_s": {k: round(v, 2) for k, v in spent.items()}} if spent is not None else {})
+
+
+def print_phases(r: dict) -> None:
+    if "phases_s" in r:
+        print(
+            "  phases (s, each with what it calls):", ", ".join(f"{k} {v}" for k, v in r["phases_s"].items())
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,13 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tick-s", type=float, default=SimConfig().tick_s)
     ap.add_argument("--arm", choices=sorted(ARMS), default="kalena")
     ap.add_argument("--estimator", choices=ESTIMATORS, default="decay")
+    ap.add_argument("--phases", action="store_true", help="also time each step of a tick")
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
     load = print_load("before")
     results = {}
     chosen = {"policy": PolicyConfig(estimator=args.estimator), **ARMS[args.arm]}
     if not args.skip_default:
-        r = run(lambda: load_cluster(*irina_paths()), SimConfig(seed=args.seed, tick_s=args.tick_s, **chosen))
+        r = run(
+            lambda: load_cluster(*irina_paths()),
+            SimConfig(seed=args.seed, tick_s=args.tick_s, **chosen),
+            args.phases,
+        )
         results["default"] = r
         print(
             f"default (24 h, Irina): total {r['total_wall_s']} s wall ({r['total_cpu_s']} s cpu); run "
@@ -106,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             f"reclaimed work {r['reclaimed_work_fraction']}; evictions {r['evictions_total']}, "
             f"escalations {r['escalations']}; violations {r['restoration_violations']}"
         )
+        print_phases(r)
     if not args.skip_scaling:
         cfg = SimConfig(hours=args.scaling_hours, seed=args.seed, tick_s=args.tick_s, **chosen)
-        r = run(lambda: synthetic_cluster(args.nodes, args.pods, seed=args.seed), cfg)
+        r = run(lambda: synthetic_cluster(args.nodes, args.pods, seed=args.seed), cfg, args.phases)
         results["scaling"] = r
         print(
             f"scaling ({r['nodes']} nodes, {r['production_workloads']} production pods, "
@@ -117,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({r['run_cpu_s']} s cpu), {r['simulated_s_per_wall_s']} simulated s per wall s; "
             f"{r['batch_pods_placed']} batch pods placed; violations {r['restoration_violations']}"
         )
+        print_phases(r)
     load = print_load("after")
     write_json(args.json_path, "bench_simulate", vars(args), results, load)
     return 0
