@@ -51,7 +51,7 @@ def _since(start: tuple[float, float]) -> tuple[float, float]:
     return wall - start[0], cpu - start[1]
 
 
-#: The steps of a tick, as ``Simulation.step`` calls them (and placement's pass, and the row starts).
+#: The steps of a tick, as ``Simulation.step`` calls them (the baseline arm's ``_kernel_only`` too).
 PHASES = (
     "_arrivals",
     "_evictions_done",
@@ -87,8 +87,6 @@ def timed(sim: Simulation) -> dict[str, float]:
     update = wrap("estimator update", est.update_in_place)
 
     class Timed:  # the estimator with its update timed (a frozen dataclass cannot be patched)
-        zero_stays_zero = est.zero_stays_zero
-
         def __getattr__(self, attr: str):  # type: ignore[no-untyped-def]
             return getattr(est, attr)
 
