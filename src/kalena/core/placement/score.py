@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -51,8 +52,9 @@ class StrandedParts:
     Per node, on the stranded dimensions: the divisor ``C_d`` (1 where the dimension is not usable,
     so that no inf or NaN needs silencing: those cells are zeroed anyway), the unusable mask, the
     number of usable dimensions and whether there are at least two. :meth:`balance` is then the
-    per-request arithmetic only, in the same NumPy operations on the same shapes as the formula, so
-    its values are bitwise those of :func:`stranded_balance`.
+    per-request arithmetic only. A node's value is the same to the last bit whether the cache
+    recomputes it alone or among others (a tie between nodes may hinge on it): every sum adds the
+    dimensions in order, which the tests check against the formula written out a column at a time.
     """
 
     __slots__ = ("divisor", "invalid", "safe_n", "scored")
@@ -67,14 +69,20 @@ class StrandedParts:
         self.scored = n >= 2
 
     def balance(self, q: np.ndarray, request: np.ndarray, nodes: np.ndarray | slice) -> np.ndarray:
-        """The term for ``nodes``: quantised slack ``q`` (k, d) and ``request`` (d,), on the dimensions."""
-        if not isinstance(nodes, slice) and len(nodes) == 1:
-            return self._one(q[0], request, int(nodes[0]))
+        """The term for ``nodes``: quantised slack ``q`` (k, d) and ``request`` (d,), on the dimensions.
+
+        Every node's value is the same to the last bit whichever nodes it is computed with (the
+        score cache recomputes one node or many): each sum runs over the dimensions in order.
+        """
+        if len(q) == 1:
+            n = int(nodes[0]) if not isinstance(nodes, slice) else int(np.arange(len(self.scored))[nodes][0])
+            return self._one(q[0], request, n)
         invalid = self.invalid[nodes]
         k, d = invalid.shape
-        # Column-major, as the formula's ``capacity[:, dims]`` pick makes it: the row sums and
-        # einsum below then add in the same order, so the values are the same to the last bit.
-        f = np.empty((d, k)).T if k > 1 else np.empty((k, d))
+        # Column-major: NumPy then sums each row (``f.sum(axis=1)``, the einsum) one dimension
+        # after another, in order, as :meth:`_one` does (a contiguous row would be summed with
+        # interleaved partial sums, a different rounding).
+        f = np.empty((d, k)).T
         if np.isfinite(request).all():
             np.divide(np.subtract(q, request, out=f), self.divisor[nodes], out=f)
         else:  # inf - inf on an unusable cell: NaN, zeroed below
@@ -90,18 +98,23 @@ class StrandedParts:
 
     def _one(self, q: np.ndarray, request: np.ndarray, n: int) -> np.ndarray:
         """:meth:`balance` for one node (the score cache's usual miss: the node a pod just went to),
-        on 1-D rows: the same operations in the same order, without the 2-D indexing around them."""
-        invalid = self.invalid[n]
-        with np.errstate(invalid="ignore"):  # inf - inf on an unusable cell: NaN, zeroed below
-            f = np.subtract(q, request)
-        np.divide(f, self.divisor[n], out=f)
-        np.clip(f, 0.0, 1.0, out=f)
-        f[invalid] = 0.0
-        safe_n = self.safe_n[n]
-        dev = f - f.sum() / safe_n
-        dev[invalid] = 0.0
-        var = np.einsum("j,j->", dev, dev) / safe_n
-        return np.array([1.0 - 2.0 * np.sqrt(var) if self.scored[n] else 1.0])
+        in Python floats: the same IEEE operations, each sum over the dimensions in order."""
+        if not self.scored[n]:
+            return np.array([1.0])
+        invalid = self.invalid[n].tolist()
+        f = []
+        for x, r, c, bad in zip(q.tolist(), request.tolist(), self.divisor[n].tolist(), invalid, strict=True):
+            f.append(0.0 if bad else min(max((x - r) / c, 0.0), 1.0))  # (unusable: 0, no inf - inf)
+        safe_n = int(self.safe_n[n])
+        total = 0.0
+        for x in f:
+            total += x
+        mean = total / safe_n
+        var = 0.0
+        for x, bad in zip(f, invalid, strict=True):
+            dev = 0.0 if bad else x - mean
+            var += dev * dev
+        return np.array([1.0 - 2.0 * math.sqrt(var / safe_n)])
 
 
 def colocation(service_count: np.ndarray, batch_count: np.ndarray) -> np.ndarray:
