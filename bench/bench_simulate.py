@@ -3,7 +3,8 @@
     python bench/bench_simulate.py [--json PATH] [--skip-default] [--skip-scaling]
                                    [--nodes 5000] [--pods 100000] [--scaling-hours 1] [--tick-s 10]
                                    [--arm kalena|kalena-no-reclaim|baseline]
-                                   [--estimator decay|peak|histogram]
+                                   [--estimator decay|peak|histogram] [--phases]
+                                   [--repeat N] [--versus decay|peak|histogram] [--default-hours 24]
 
 Default run: exactly ``kalena simulate`` with no arguments minus the plots: load the bundled Irina
 documents, build the simulation (batch population included), run 8,640 ticks of 10 s (plus the 2 h
@@ -20,6 +21,13 @@ run both as ``kalena simulate``'s ``--no-reclaim`` / ``--baseline`` and ``--esti
 trees compare side by side with one core each: ``taskset -c 0 env PYTHONPATH=OLD/src python
 bench/bench_simulate.py ...`` beside ``taskset -c 1 python bench/bench_simulate.py ...``.
 
+``--repeat N`` runs each N times and prints the least and the median total beside each run's: this
+machine's speed drifts by a fifth within the hour, so one run is one sample. ``--versus ESTIMATOR``
+alternates the default day between ``--estimator`` and ESTIMATOR (A, B, A, B, ... N pairs) and prints
+each pair's ratio of totals and their median, the figure issue 15 asks about (a pair runs within a
+couple of minutes, so a drift moves both). ``--default-hours`` shortens the default day (for a smoke
+run).
+
 ``--phases`` also times each step of a tick (the engine's methods that ``Simulation.step`` calls,
 wrapped with a timer: each figure includes what that step calls, the round its lifecycle and OOM
 checks, placement its row starts) and the estimator's update alone, and prints them beside the
@@ -31,6 +39,7 @@ The machine's load is printed with the figures: other processes sharing the core
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 from kalena.core.config import ESTIMATORS, PolicyConfig
@@ -138,6 +147,24 @@ def print_phases(r: dict) -> None:
         )
 
 
+def summarise(runs: list[dict], names: list[str]) -> dict:
+    """Every run, the least and median total per estimator and, for two, each pair's ratio."""
+    out: dict = {"runs": runs}
+    for name in names:
+        totals = [r["total_wall_s"] for r in runs if r.get("estimator", name) == name]
+        least, median = min(totals), round(statistics.median(totals), 2)
+        out[name] = {"total_wall_s_min": least, "total_wall_s_median": median}
+        print(f"  {name}: {len(totals)} runs, total {least} s least, {median} s median")
+    if len(names) == 2:
+        a = [r["total_wall_s"] for r in runs[0::2]]
+        b = [r["total_wall_s"] for r in runs[1::2]]
+        ratios = [round(y / x, 3) for x, y in zip(a, b, strict=True)]
+        out["ratios"] = ratios
+        out["ratio_median"] = round(statistics.median(ratios), 3)
+        print(f"  {names[1]} / {names[0]} per pair: {ratios}; median {out['ratio_median']}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-default", action="store_true")
@@ -150,38 +177,56 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arm", choices=sorted(ARMS), default="kalena")
     ap.add_argument("--estimator", choices=ESTIMATORS, default="decay")
     ap.add_argument("--phases", action="store_true", help="also time each step of a tick")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each (default 1)")
+    ap.add_argument("--versus", choices=ESTIMATORS, default=None, help="alternate the day with it")
+    ap.add_argument("--default-hours", type=float, default=SimConfig().hours)
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error(f"--repeat must be at least 1, got {args.repeat}")
     load = print_load("before")
-    results = {}
-    chosen = {"policy": PolicyConfig(estimator=args.estimator), **ARMS[args.arm]}
+    results: dict = {}
+    arm = ARMS[args.arm]
     if not args.skip_default:
-        r = run(
-            lambda: load_cluster(*irina_paths()),
-            SimConfig(seed=args.seed, tick_s=args.tick_s, **chosen),
-            args.phases,
-        )
-        results["default"] = r
-        print(
-            f"default (24 h, Irina): total {r['total_wall_s']} s wall ({r['total_cpu_s']} s cpu); run "
-            f"{r['run_wall_s']} s = {r['simulated_s_per_wall_s']} simulated s per wall s, "
-            f"{r['ms_per_tick']} ms/tick; {r['batch_pods_placed']} batch pods placed; "
-            f"reclaimed work {r['reclaimed_work_fraction']}; evictions {r['evictions_total']}, "
-            f"escalations {r['escalations']}; violations {r['restoration_violations']}"
-        )
-        print_phases(r)
+        names = [args.estimator] if args.versus is None else [args.estimator, args.versus]
+        runs = []
+        for _ in range(args.repeat):
+            for name in names:  # A, B, A, B, ...: a pair shares the machine's speed of the moment
+                cfg = SimConfig(
+                    hours=args.default_hours,
+                    seed=args.seed,
+                    tick_s=args.tick_s,
+                    policy=PolicyConfig(estimator=name),
+                    **arm,
+                )
+                r = run(lambda: load_cluster(*irina_paths()), cfg, args.phases) | {"estimator": name}
+                runs.append(r)
+                print(
+                    f"default ({args.default_hours:g} h, Irina, {name}): total {r['total_wall_s']} s "
+                    f"wall ({r['total_cpu_s']} s cpu); run {r['run_wall_s']} s = "
+                    f"{r['simulated_s_per_wall_s']} simulated s per wall s, {r['ms_per_tick']} ms/tick; "
+                    f"{r['batch_pods_placed']} batch pods placed; reclaimed work "
+                    f"{r['reclaimed_work_fraction']}; evictions {r['evictions_total']}, escalations "
+                    f"{r['escalations']}; violations {r['restoration_violations']}"
+                )
+                print_phases(r)
+        results["default"] = runs[0] if len(runs) == 1 else summarise(runs, names)
     if not args.skip_scaling:
-        cfg = SimConfig(hours=args.scaling_hours, seed=args.seed, tick_s=args.tick_s, **chosen)
-        r = run(lambda: synthetic_cluster(args.nodes, args.pods, seed=args.seed), cfg, args.phases)
-        results["scaling"] = r
-        print(
-            f"scaling ({r['nodes']} nodes, {r['production_workloads']} production pods, "
-            f"{args.scaling_hours:g} h): "
-            f"cluster build {r['setup_s']} s, init {r['init_s']} s, run {r['run_wall_s']} s wall "
-            f"({r['run_cpu_s']} s cpu), {r['simulated_s_per_wall_s']} simulated s per wall s; "
-            f"{r['batch_pods_placed']} batch pods placed; violations {r['restoration_violations']}"
-        )
-        print_phases(r)
+        policy = PolicyConfig(estimator=args.estimator)
+        cfg = SimConfig(hours=args.scaling_hours, seed=args.seed, tick_s=args.tick_s, policy=policy, **arm)
+        runs = []
+        for _ in range(args.repeat):
+            r = run(lambda: synthetic_cluster(args.nodes, args.pods, seed=args.seed), cfg, args.phases)
+            runs.append(r)
+            print(
+                f"scaling ({r['nodes']} nodes, {r['production_workloads']} production pods, "
+                f"{args.scaling_hours:g} h): "
+                f"cluster build {r['setup_s']} s, init {r['init_s']} s, run {r['run_wall_s']} s wall "
+                f"({r['run_cpu_s']} s cpu), {r['simulated_s_per_wall_s']} simulated s per wall s; "
+                f"{r['batch_pods_placed']} batch pods placed; violations {r['restoration_violations']}"
+            )
+            print_phases(r)
+        results["scaling"] = runs[0] if len(runs) == 1 else summarise(runs, [args.estimator])
     load = print_load("after")
     write_json(args.json_path, "bench_simulate", vars(args), results, load)
     return 0

@@ -65,6 +65,12 @@ CASES = [
         id="simulate-phases",
     ),
     pytest.param(
+        "bench_simulate.py",
+        ["--skip-scaling", "--default-hours", "0.02", "--repeat", "2", "--versus", "peak"],
+        True,
+        id="simulate-versus",
+    ),
+    pytest.param(
         "bench_arms.py", ["--hours", "0.2", "--seeds", "1", "--loads", "1", "--workers", "1"], True, id="arms"
     ),
     pytest.param(
