@@ -2,10 +2,10 @@
 
 Benchmarks are not tests, so nothing else ran them: ``bench_agent_latency.py`` waited for ever
 after a change to the agent (its own test is in ``tests/agent``), and ``bench_stationkeeper.py
---days 1`` ended in a traceback. These runs are about the benchmarks still working: exit status 0 and, where a
-benchmark writes JSON, a JSON file. The long ones (the simulated day, the 5,000-node hour, the
-trace replay, the hostile-input sweep) are left to their own commands (the simulator's benchmark
-runs here on a 20-node cluster); the Kubernetes ones run on a
+--days 1`` ended in a traceback. These runs are about the benchmarks still working: exit status 0
+and, where a benchmark writes JSON, a JSON file. The long ones (the simulated day, the 5,000-node
+hour, the trace replay, the hostile-input sweep) are left to their own commands (the simulator's
+benchmark runs here on a 20-node cluster and on a minute of Irina); the Kubernetes ones run on a
 small control plane where the harness is built.
 """
 
