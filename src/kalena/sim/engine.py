@@ -751,13 +751,13 @@ class Simulation:
             return
         decision = self.shell.run(send, self.tasks, now, self.rng_schedule)
         results = self.ledger.apply_all(decision.placements)
-        index = {self.tasks.specs[i].id: i for i in send}
         placed: list[int] = []
+        handle = self.life.handle  # a task's lifecycle handle is its index (every task is added)
         for res in results:
             if not res.accepted:
                 self.shell.stats["stale"] += 1
                 continue
-            placed.append(index[res.commitment.workload.id])  # type: ignore[union-attr]
+            placed.append(handle(res.commitment.workload.id))  # type: ignore[union-attr]
         if not placed:
             return
         self._grow()

@@ -83,6 +83,9 @@ def test_invariants_hold_after_any_sequence(ops):
             expect = is_batch or (o[0] == "evict" and override)
             assert r.accepted is expect
             assert (wid in L) is (not is_batch or not r.accepted)  # production never leaves
+            # the whole-list form agrees with the lookup, for the id alone and among others
+            assert L.holds_none([wid]) is (wid not in L)
+            assert L.holds_none(["never/placed", wid, "nor/this"]) is (wid not in L)
         else:
             _, scale, seed = o
             view = L.rows()

@@ -149,6 +149,10 @@ BAD_PENDING = [
     ("service-tier", lambda L: [workload("p/s", cpu=1)], "not a batch workload"),
     ("duplicate", lambda L: [batch("j/a"), batch("j/a")], "pending twice"),
     ("already-placed", lambda L: [batch("j/old")], "already placed"),
+    # among good pods, and with several faults: the first in pending order is named
+    ("placed-among-good", lambda L: [batch("j/b"), batch("j/old"), batch("j/a")], "'j/old' is pending"),
+    ("first-fault-named", lambda L: [batch("j/z"), batch("j/z"), batch("j/old")], "'j/old' is pending"),
+    ("service-among-good", lambda L: [batch("j/a"), workload("p/s", cpu=1)], "'p/s' is not a batch"),
 ]
 
 

@@ -233,6 +233,10 @@ class Ledger:
     def __contains__(self, workload_id: object) -> bool:
         return workload_id in self._row_of
 
+    def holds_none(self, workload_ids: Iterable[str]) -> bool:
+        """Whether none of ``workload_ids`` is in the ledger (one set operation, not a lookup each)."""
+        return self._row_of.keys().isdisjoint(workload_ids)
+
     def spec(self, workload_id: str) -> WorkloadSpec:
         spec = self._rows.specs[self._row_of[workload_id]]
         assert spec is not None

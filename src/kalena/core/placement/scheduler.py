@@ -306,6 +306,26 @@ def why_pending(
     return WhyPending(pod.id, state.n, available, statuses, binding, message)
 
 
+def _check_pending(pods: Sequence[WorkloadSpec], ledger: Ledger) -> None:
+    """Raise ``ValueError`` for the first of ``pods`` (in order) that is not batch tier, is pending
+    twice or is already placed: a caller bug. Whole-list tests first (a backlog sends hundreds of
+    pods a pass), the loop that names the pod only when one of them fails."""
+    ids = [w.id for w in pods]
+    if (
+        all(w.tier is Tier.BATCH and not w.is_daemonset for w in pods)
+        and len(set(ids)) == len(ids)
+        and ledger.holds_none(ids)
+    ):
+        return
+    seen: set[str] = set()
+    for w in pods:
+        if w.tier is not Tier.BATCH or w.is_daemonset:
+            raise ValueError(f"{w.id!r} is not a batch workload: production is placed by the blueprint")
+        if w.id in seen or w.id in ledger:
+            raise ValueError(f"{w.id!r} is pending twice or already placed")
+        seen.add(w.id)
+
+
 def schedule(
     pending: Iterable[WorkloadSpec],
     ledger: Ledger,
@@ -326,13 +346,7 @@ def schedule(
     ledger: anything else is a caller bug and raises ``ValueError``.
     """
     pods = sorted(pending, key=pending_sort_key)
-    seen: set[str] = set()
-    for w in pods:
-        if w.tier is not Tier.BATCH or w.is_daemonset:
-            raise ValueError(f"{w.id!r} is not a batch workload: production is placed by the blueprint")
-        if w.id in seen or w.id in ledger:
-            raise ValueError(f"{w.id!r} is pending twice or already placed")
-        seen.add(w.id)
+    _check_pending(pods, ledger)
     cache = cache if cache is not None else PlacementCache()
     nodes, prod_aa, score_cache = cache.bind(ledger, config)
     state = PassState(
