@@ -1,5 +1,6 @@
 """The docs match the program: every option of every command is in docs/cli.md, every key of a
-real report is in docs/report.md, and the reference pages' examples run as written."""
+real report is in docs/report.md, every folder of the package is in docs/architecture.md's tree,
+and the reference pages' examples run as written."""
 
 from __future__ import annotations
 
@@ -131,3 +132,24 @@ def test_a_flag_shows_no_value_type_in_help(path, cmd):
     # typer's own --help flag still shows one; every flag of Kalena's takes no value and says none
     shown = [line for line in r.output.splitlines() if "<bool>" in line and "--help" not in line]
     assert shown == [], shown
+
+
+def test_every_folder_of_the_package_is_in_the_architecture_tree():
+    """Issue 9: every folder of ``src/kalena`` is listed in docs/architecture.md's tree (the page's
+    first code block), each as ``name/`` within its parent's entry, two spaces deeper."""
+    tree = (DOCS / "architecture.md").read_text(encoding="utf-8").split("\n\n")[1].splitlines()
+    root = Path(__file__).resolve().parent.parent / "src" / "kalena"
+    folders = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__")
+    assert folders, root
+
+    def indent(line: str) -> int:
+        return len(line) - len(line.lstrip(" "))
+
+    for folder in folders:
+        lo, hi = 1, len(tree)  # the lines of the parent's entry (first: the whole tree below src/kalena/)
+        for i, part in enumerate(folder.parts):
+            want = " " * (6 + 2 * i) + part + "/"
+            at = next((j for j in range(lo, hi) if tree[j].startswith(want)), None)
+            assert at is not None, f"{folder} is not in docs/architecture.md's tree (no {want.strip()!r})"
+            end = next((j for j in range(at + 1, hi) if indent(tree[j]) <= indent(tree[at])), hi)
+            lo, hi = at + 1, end
