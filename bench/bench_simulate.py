@@ -5,6 +5,7 @@
                                    [--arm kalena|kalena-no-reclaim|baseline]
                                    [--estimator decay|peak|histogram] [--phases]
                                    [--repeat N] [--versus decay|peak|histogram] [--default-hours 24]
+                                   [--against TREE]
 
 Default run: exactly ``kalena simulate`` with no arguments minus the plots: load the bundled Irina
 documents, build the simulation (batch population included), run 8,640 ticks of 10 s (plus the 2 h
@@ -28,6 +29,14 @@ each pair's ratio of totals and their median, the figure issue 15 asks about (a 
 couple of minutes, so a drift moves both). ``--default-hours`` shortens the default day (for a smoke
 run).
 
+``--against TREE`` compares two trees on the default day: TREE is another checkout of Kalena (say
+``git worktree add /tmp/before REV``). Each run is a process of its own that runs its tree's own
+``bench/bench_simulate.py --skip-scaling`` against its tree's ``src``. The pairs alternate in ABBA
+order (this tree first in odd pairs, TREE first in even ones), so that neither tree always runs
+second on a machine that drifts. It prints each pair's ratio (this tree / TREE) and their median.
+That is the "before and after from the same day" that issue 9 asks for, for any earlier tree that
+has the benchmark. Only ``--repeat``, ``--default-hours`` (when given) and ``--json`` apply there.
+
 ``--phases`` also times each step of a tick (the engine's methods that ``Simulation.step`` calls,
 wrapped with a timer: each figure includes what that step calls, the round its lifecycle and OOM
 checks, placement its row starts) and the estimator's update alone, and prints them beside the
@@ -39,8 +48,14 @@ The machine's load is printed with the figures: other processes sharing the core
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from kalena.core.config import ESTIMATORS, PolicyConfig
 from kalena.data import irina_paths
@@ -165,6 +180,46 @@ def summarise(runs: list[dict], names: list[str]) -> dict:
     return out
 
 
+#: This checkout: the folder that holds bench/ and src/.
+HERE = Path(__file__).resolve().parent.parent
+
+
+def tree_day(tree: Path, hours: float | None) -> dict:
+    """The default day by ``tree``'s own benchmark, in a process of its own on ``tree``'s source."""
+    with tempfile.TemporaryDirectory(prefix="kalena-against-") as tmp:
+        out = Path(tmp) / "day.json"
+        script = tree / "bench" / "bench_simulate.py"
+        cmd = [sys.executable, str(script), "--skip-scaling", "--json", str(out)]
+        if hours is not None:
+            cmd += ["--default-hours", f"{hours:g}"]
+        env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+        done = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not out.exists():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise SystemExit(f"{tree}: its bench_simulate.py failed ({done.returncode}): " + " | ".join(tail))
+        return json.loads(out.read_text(encoding="utf-8"))["results"]["default"]
+
+
+def against(other: Path, repeat: int, hours: float | None) -> dict:
+    """This tree and ``other`` alternated ABBA over ``repeat`` pairs (module docstring)."""
+    pairs = []
+    for i in range(repeat):
+        order = [("this", HERE), ("other", other)]
+        if i % 2:  # even pairs: the other tree first
+            order.reverse()
+        got = {name: tree_day(tree, hours) for name, tree in order}
+        ratio = round(got["this"]["total_wall_s"] / got["other"]["total_wall_s"], 3)
+        pairs.append({"first": order[0][0], "this": got["this"], "other": got["other"], "ratio": ratio})
+        print(
+            f"pair {i + 1} ({order[0][0]} tree first): this {got['this']['total_wall_s']} s "
+            f"({got['this']['batch_pods_placed']} pods placed), other {got['other']['total_wall_s']} s "
+            f"({got['other']['batch_pods_placed']} pods placed); this / other {ratio}"
+        )
+    median = round(statistics.median(p["ratio"] for p in pairs), 3)
+    print(f"  this / other per pair: {[p['ratio'] for p in pairs]}; median {median}")
+    return {"other_tree": str(other), "pairs": pairs, "ratio_median": median}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-default", action="store_true")
@@ -179,11 +234,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", action="store_true", help="also time each step of a tick")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each (default 1)")
     ap.add_argument("--versus", choices=ESTIMATORS, default=None, help="alternate the day with it")
-    ap.add_argument("--default-hours", type=float, default=SimConfig().hours)
+    ap.add_argument("--default-hours", type=float, default=None)
+    ap.add_argument("--against", type=Path, default=None, help="another checkout: the day, tree against tree")
     ap.add_argument("--json", dest="json_path", default=None)
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error(f"--repeat must be at least 1, got {args.repeat}")
+    if args.against is not None:
+        other = args.against.resolve()
+        if not (other / "bench" / "bench_simulate.py").is_file() or not (other / "src" / "kalena").is_dir():
+            ap.error(
+                f"--against {args.against}: not a checkout of Kalena "
+                "(it needs bench/bench_simulate.py and src/kalena)"
+            )
+        print_load("before")
+        compared = {"against": against(other, args.repeat, args.default_hours)}
+        params = vars(args) | {"against": str(other)}
+        write_json(args.json_path, "bench_simulate", params, compared, print_load("after"))
+        return 0
+    hours = SimConfig().hours if args.default_hours is None else args.default_hours
     load = print_load("before")
     results: dict = {}
     arm = ARMS[args.arm]
@@ -193,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeat):
             for name in names:  # A, B, A, B, ...: a pair shares the machine's speed of the moment
                 cfg = SimConfig(
-                    hours=args.default_hours,
+                    hours=hours,
                     seed=args.seed,
                     tick_s=args.tick_s,
                     policy=PolicyConfig(estimator=name),
@@ -202,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = run(lambda: load_cluster(*irina_paths()), cfg, args.phases) | {"estimator": name}
                 runs.append(r)
                 print(
-                    f"default ({args.default_hours:g} h, Irina, {name}): total {r['total_wall_s']} s "
+                    f"default ({hours:g} h, Irina, {name}): total {r['total_wall_s']} s "
                     f"wall ({r['total_cpu_s']} s cpu); run {r['run_wall_s']} s = "
                     f"{r['simulated_s_per_wall_s']} simulated s per wall s, {r['ms_per_tick']} ms/tick; "
                     f"{r['batch_pods_placed']} batch pods placed; reclaimed work "

@@ -70,6 +70,12 @@ CASES = [
         True,
         id="simulate-versus",
     ),
+    pytest.param(  # tree against tree: this checkout against itself, as another checkout would run
+        "bench_simulate.py",
+        ["--against", str(BENCH.parent), "--default-hours", "0.02", "--repeat", "2"],
+        True,
+        id="simulate-against",
+    ),
     pytest.param(
         "bench_arms.py", ["--hours", "0.2", "--seeds", "1", "--loads", "1", "--workers", "1"], True, id="arms"
     ),
@@ -154,4 +160,16 @@ def test_a_stationkeeper_run_too_short_to_score_is_refused_with_a_message() -> N
     )
     assert done.returncode == 2
     assert "--days must leave a sample after the first day's warm-up, got 1" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_against_a_folder_that_is_not_a_checkout_is_refused_with_a_message(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_simulate.py"), "--against", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert f"--against {tmp_path}: not a checkout of Kalena" in done.stderr
     assert "Traceback" not in done.stderr
