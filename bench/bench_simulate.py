@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             print_phases(r)
         results["scaling"] = runs[0] if len(runs) == 1 else summarise(runs, [args.estimator])
     load = print_load("after")
-    write_json(args.json_path, "bench_simulate", vars(args), results, load)
+    write_json(args.json_path, "bench_simulate", vars(args) | {"default_hours": hours}, results, load)
     return 0
 
 
