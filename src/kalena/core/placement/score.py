@@ -75,7 +75,7 @@ class StrandedParts:
         score cache recomputes one node or many): each sum runs over the dimensions in order.
         """
         if len(q) == 1:
-            n = int(nodes[0]) if not isinstance(nodes, slice) else int(np.arange(len(self.scored))[nodes][0])
+            n = range(len(self.scored))[nodes][0] if isinstance(nodes, slice) else int(nodes[0])
             return self._one(q[0], request, n)
         invalid = self.invalid[nodes]
         k, d = invalid.shape
