@@ -515,9 +515,16 @@ class Simulation:
     def _estimate(self, now: float, dt: float) -> None:
         r = self.estimator.update_in_place(self.est_state, self.table.usage, now, dt)
         led = self.ledger
+        h = led.row_arrays().high
         # the estimator's rows are the ledger's: every live row at once, by row (its first
-        # ``high`` rows copied, as the estimator writes the array again)
-        _accepted(led.apply(ReservationRefresh(r[: led.row_arrays().high], led.global_epoch)))
+        # ``high`` rows copied, as the estimator writes the array again); only the columns it
+        # estimates when it leaves the others at r = R, as the ledger holds them
+        dims = self.est_state.dims
+        if dims is None:
+            refresh = ReservationRefresh(r[:h], led.global_epoch)
+        else:
+            refresh = ReservationRefresh(self.est_state.reservation[:h], led.global_epoch, dims=dims)
+        _accepted(led.apply(refresh))
 
     # 5-6 ------------------------------------------------------------------------------------------
     def _round(self, now: float) -> None:

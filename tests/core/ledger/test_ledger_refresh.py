@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kalena.core.ledger import Ledger, PlaceBatch, RemoveBatch, ReservationRefresh, ReservationUpdate
-from kalena.core.resources import CPU, GPU, NDIM
+from kalena.core.resources import CPU, GPU, NDIM, RAM, STORAGE
 from kalena.core.verdict import ReasonCode
 from kalena.testing.builders import batch
 from kalena.testing.clusters import synthetic_cluster
@@ -138,3 +138,78 @@ def test_rows_not_in_use_are_never_read():
     before = state(L)
     r = L.apply(ReservationRefresh(values, L.global_epoch))
     assert r.accepted and state(L) == before  # nothing moved: no epoch bumped, no sum changed
+
+
+# a refresh of some columns ------------------------------------------------------------------------
+COLUMNS = (CPU, RAM)
+
+
+def columns_of(values: np.ndarray, dims: tuple[int, ...]) -> np.ndarray:
+    return np.ascontiguousarray(values[:, list(dims)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("place"), st.integers(0, 5), st.sampled_from([0.1, 0.25, 0.7, 1.3])),
+            st.tuples(st.just("remove"), st.integers(0, 40), st.just(0.0)),
+            st.tuples(st.just("refresh"), st.integers(0, 2**31 - 1), st.just(0.0)),
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([(CPU,), COLUMNS, (CPU, RAM, STORAGE), (RAM, GPU)]),
+)
+def test_a_refresh_of_some_columns_is_the_whole_row_refresh_that_leaves_the_others(ops, dims):
+    """Bit for bit the same reservations, versions, epochs and sums, also where placements and
+    removals with values off those columns (storage here) left sums that drift from scratch."""
+    a, b = CLUSTER.ledger(), CLUSTER.ledger()
+    for k, (op, x, v) in enumerate(ops):
+        if op == "place":
+            w = batch(f"j/b{k}", cpu=v, ram=v / 3, storage=v / 7)
+            for L in (a, b):
+                L.apply(PlaceBatch(w, x, L.node_epoch(x)))
+        elif op == "remove" and a.batch_ids():
+            wid = a.batch_ids()[x % len(a.batch_ids())]
+            for L in (a, b):
+                L.apply(RemoveBatch(wid, L.node_of(wid), L.node_epoch(L.node_of(wid))))
+        elif op == "refresh":
+            rs = a.row_arrays()
+            live = rs.live_rows()
+            values = rs.reservation[: rs.high].copy()  # the other columns as the ledger has them
+            fresh = by_row(a, live, 0, x)
+            values[live[:, None], list(dims)] = fresh[live][:, list(dims)]
+            ra = a.apply(ReservationRefresh(values, a.global_epoch))
+            rb = b.apply(ReservationRefresh(columns_of(values, dims), b.global_epoch, dims=dims))
+            assert ra.accepted and rb.accepted and ra.global_epoch == rb.global_epoch
+            assert state(a) == state(b)
+            assert np.array_equal(b.reservation_sum, b.recompute().reservation)
+    assert state(a) == state(b)
+
+
+def test_a_refresh_of_some_columns_is_checked():
+    L = grown([(0, 1.0), (1, 2.0)])
+    h = L.row_arrays().high
+    for bad in ((RAM, CPU), (CPU, CPU), (NDIM,), (-1,), ()):
+        with pytest.raises(ValueError, match="dims must be distinct dimension indices"):
+            ReservationRefresh(np.zeros((h, max(len(bad), 1))), 0, dims=bad)
+    with pytest.raises(ValueError, match=r"shape \(rows, 2\)"):
+        ReservationRefresh(np.zeros((h, NDIM)), 0, dims=COLUMNS)
+    with pytest.raises(ValueError, match=rf"cover the {h} rows in use"):
+        L.apply(ReservationRefresh(np.zeros((h - 1, 2)), L.global_epoch, dims=COLUMNS))
+    values = columns_of(L.row_arrays().reservation[:h], (CPU, GPU))
+    values[L.row_arrays().live_rows()[0], 1] += 1.0
+    before = state(L)
+    with pytest.raises(ValueError, match="gpu reservation must equal the request"):
+        L.apply(ReservationRefresh(values, L.global_epoch, dims=(CPU, GPU)))
+    assert state(L) == before  # nothing written
+
+
+def test_a_refresh_of_some_columns_that_moves_nothing_changes_nothing():
+    L = grown([(0, 1.0), (1, 1.0), (2, 1.0), (0, 0.0)])
+    rs = L.row_arrays()
+    values = np.full((rs.high + 2, 2), 7.0)  # the hole and the spare rows differ from the ledger's
+    values[rs.live_rows()] = rs.reservation[rs.live_rows()][:, list(COLUMNS)]
+    before = state(L)
+    assert L.apply(ReservationRefresh(values, L.global_epoch, dims=COLUMNS)).accepted
+    assert state(L) == before

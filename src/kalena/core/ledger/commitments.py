@@ -136,17 +136,33 @@ class ReservationRefresh:
     12,000 rows, 0.44 ms a tick where a :class:`ReservationUpdate` of every live row took 0.74).
     It is judged as that update would be: applied when the global epoch is equal, or when no row
     in use now was placed or changed since; the gpu rule holds.
+
+    ``dims`` (keyword only, distinct and ascending): the refresh carries only these dimensions,
+    ``reservations[:, j]`` being dimension ``dims[j]``, and every other dimension keeps its
+    reservation. An estimator that estimates two of the eight hands over its two columns, and the
+    ledger compares, writes and sums two columns instead of eight.
     """
 
     reservations: np.ndarray
     global_epoch: int
     _: KW_ONLY
     copy: InitVar[bool] = True  # as ReservationUpdate's
+    dims: tuple[int, ...] | None = None
 
     def __post_init__(self, copy: bool) -> None:
         res = (np.array if copy else np.asarray)(self.reservations, dtype=np.float64)
-        if res.ndim != 2 or res.shape[1] != NDIM:
-            raise ValueError(f"reservations must have shape (rows, {NDIM}), got {res.shape}")
+        width = NDIM
+        if self.dims is not None:
+            dims = tuple(int(d) for d in self.dims)
+            if not dims or list(dims) != sorted(set(dims)) or dims[0] < 0 or dims[-1] >= NDIM:
+                raise ValueError(
+                    f"dims must be distinct dimension indices 0..{NDIM - 1} in ascending order, "
+                    f"got {self.dims!r}"
+                )
+            object.__setattr__(self, "dims", dims)
+            width = len(dims)
+        if res.ndim != 2 or res.shape[1] != width:
+            raise ValueError(f"reservations must have shape (rows, {width}), got {res.shape}")
         _check_values(res)
         res.setflags(write=False)
         object.__setattr__(self, "reservations", res)

@@ -128,6 +128,9 @@ class Ledger:
         self._spill = np.arange(n * NDIM, (n + 1) * NDIM, dtype=np.intp)
         self._dim_bins = np.arange(NDIM, dtype=np.intp)
         self._sum_bins = np.tile(self._spill, (INITIAL_ROWS, 1))
+        # the dimensions whose reservation sums took a non-zero incremental change since they were
+        # last summed from scratch (a refresh of some dimensions sums these again too)
+        self._drift = np.zeros(NDIM, dtype=bool)
         self._overrides: list[OverrideRecord] = []
 
     # construction ---------------------------------------------------------------------------
@@ -525,6 +528,7 @@ class Ledger:
             for row, spec in zip(rows.tolist(), specs, strict=True):
                 self._index.add(row, spec)
         np.add.at(self._reservation_sum, where, res)
+        self._drift |= (res != 0).any(axis=0)
         if is_batch:
             np.add.at(self._batch_count, where, 1)
             for row, spec in zip(rows.tolist(), specs, strict=True):
@@ -545,6 +549,7 @@ class Ledger:
         if self._index is not None:
             self._index.add(row, spec)
         self._reservation_sum[n] += res
+        self._drift |= res != 0
         if is_batch:
             self._batch_count[n] += 1
             self._ns_running[spec.namespace] = self._ns_running.get(spec.namespace, 0) + 1
@@ -567,6 +572,7 @@ class Ledger:
         assert spec is not None and self._rows.is_batch[row]
         n = int(self._rows.node[row])
         self._reservation_sum[n] -= self._rows.reservation[row]
+        self._drift |= self._rows.reservation[row] != 0
         self._batch_count[n] -= 1
         left = self._ns_running[spec.namespace] - 1
         if left:
@@ -654,7 +660,9 @@ class Ledger:
         old = self._rows.reservation[row].copy()
         self._rows.reservation[row] = self._rows.request[row]
         self._rows.version[row] = self._global_epoch
-        self._reservation_sum[c.node] += self._rows.request[row] - old
+        delta = self._rows.request[row] - old
+        self._reservation_sum[c.node] += delta
+        self._drift |= delta != 0
         self._overrides.append(OverrideRecord(c.workload_id, c.node, self._global_epoch, c.reasons))
         return self._result(c, True)
 
@@ -695,8 +703,57 @@ class Ledger:
                 detail = f"{int(moved.sum())} row(s) placed or changed since"
                 return self._stale(c, f"computed at epoch {c.global_epoch}: {detail}")
         new = c.reservations[:h]
+        if c.dims is not None:
+            return self._refresh_columns(c, c.dims, new, alive)
         neq = np.not_equal(new, rs.reservation[:h], out=np.empty(new.shape, dtype=bool))
         return self._write_reservations(c, None, new, neq, alive)
+
+    def _refresh_columns(
+        self, c: ReservationRefresh, dims: tuple[int, ...], new: np.ndarray, alive: np.ndarray
+    ) -> CommitResult:
+        """A refresh of the ``dims`` columns only (``new[:, j]`` is dimension ``dims[j]``): the
+        same rows move, the same epochs and versions, the same cells and sums as the whole-row
+        refresh whose other columns equal the ledger's."""
+        rs = self._rows
+        h = len(new)
+        moved_rows = np.zeros(h, dtype=bool)
+        for j, d in enumerate(dims):
+            neq = new[:, j] != rs.reservation[:h, d]
+            if d == GPU:  # the whole-row refresh's gpu rule, on the one column
+                at = np.flatnonzero(neq & alive)
+                bad_at = at[new[at, j] != rs.request[at, GPU]]
+                if len(bad_at):
+                    bad = rs.specs[int(bad_at[0])]
+                    msg = f"gpu reservation must equal the request (non-reclaimable); {bad.id!r} differs"  # type: ignore[union-attr]
+                    raise ValueError(msg)
+            moved_rows |= neq
+        moved_rows &= alive
+        if not moved_rows.any():
+            return self._result(c, True)
+        moved_at = np.flatnonzero(moved_rows)
+        touched = np.zeros(self.n_nodes, dtype=bool)
+        touched[np.take(rs.node, moved_at)] = True
+        self._bump(np.flatnonzero(touched))
+        for j, d in enumerate(dims):
+            np.copyto(rs.reservation[:h, d], new[:, j], where=alive)
+        rs.version[moved_at] = self._global_epoch
+        # From scratch, as the whole-row refresh sums: the refreshed dimensions and any whose sums
+        # drifted since; the others were summed from scratch last and have not changed. Each column
+        # is one bincount through the bins of dimension 0 (8 n for a live row on node n, the spill
+        # bin for a free one): the same rows in the same order as indexed_sum, bit for bit.
+        again = sorted(set(dims) | set(np.flatnonzero(self._drift).tolist()))
+        n = self.n_nodes
+        if len(again) == NDIM:
+            self._reservation_sum = indexed_sum(self._sum_bins[:h].reshape(-1), rs.reservation[:h], n)
+        else:
+            bins = self._sum_bins[:h, 0]
+            sums = self._reservation_sum.copy()  # a new array, as a whole-row refresh leaves
+            for d in again:
+                col = new[:, dims.index(d)] if d in dims else rs.reservation[:h, d]
+                sums[:, d] = np.bincount(bins, weights=col, minlength=(n + 1) * NDIM)[: n * NDIM : NDIM]
+            self._reservation_sum = sums
+        self._drift[:] = False
+        return self._result(c, True)
 
     def _write_reservations(
         self,
@@ -748,6 +805,7 @@ class Ledger:
         # bitwise per_node_sum over the live rows (see indexed_sum).
         bins = self._sum_bins[:h].reshape(-1)
         self._reservation_sum = indexed_sum(bins, rs.reservation[:h], self.n_nodes)
+        self._drift[:] = False
         return self._result(c, True)
 
 
