@@ -498,10 +498,8 @@ class Simulation:
             return
         t_done = t.task[done]
         led = self.ledger
-        specs = tasks.specs
-        gone = led.removals([specs[i].id for i in t_done.tolist()], ts.node[t_done], RemovalCause.FINISHED)
-        for res in led.apply_all(gone):  # (many at once in the ledger)
-            _accepted(res)
+        for i, n in zip(t_done.tolist(), ts.node[t_done].tolist(), strict=True):
+            _accepted(led.apply(RemoveBatch(tasks.specs[i].id, n, led.node_epoch(n), RemovalCause.FINISHED)))
         # the rows' own bookkeeping at once (each task and row once: no repeat to add in order)
         ts.throttled_s[t_done] += t.total_s(done)
         t.free(done)

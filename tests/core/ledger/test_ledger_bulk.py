@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kalena.core.ledger import Ledger, PlaceBatch, RemoveBatch, ReservationRefresh
 from kalena.core.ledger.commitments import CommitResult, RemovalCause
-from kalena.core.ledger.state import _BULK_FROM, _BULK_REMOVE_FROM
+from kalena.core.ledger.state import _BULK_FROM
 from kalena.core.model import NodeSpec, Selector, Tier, WorkloadSpec
 from kalena.core.resources import Resources
 from kalena.core.verdict import Reason, ReasonCode
@@ -231,62 +231,3 @@ def test_a_pass_of_placements_is_the_loop(n_nodes, resident, decision, odd):
     took = [led.apply(PlaceBatch(w, 0, led.node_epoch(0))).accepted for led in (bulk, loop)]
     assert took[0] == took[1]
     assert _state(bulk) == _state(loop)
-
-
-# and a tick's many removals at once (the simulator's completions)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.integers(1, 4),
-    st.lists(st.tuples(st.integers(0, 3), VALUES, VALUES), min_size=_BULK_REMOVE_FROM, max_size=48),
-    st.randoms(use_true_random=False),
-    st.sampled_from([None] * 5 + ["stale", "twice", "unknown", "elsewhere", "production"]),
-)
-def test_a_decision_of_removals_is_the_loop(n_nodes, residents, rnd, odd):
-    nodes = [NodeSpec(f"n{i}", allocatable=CAP) for i in range(n_nodes)]
-    prod = [_spec(f"p{i}", 0.5, 0.5, Tier.SERVICE) for i in range(n_nodes)]
-    made = []
-    for _ in range(2):
-        led = Ledger.from_blueprint(nodes, [CAP] * n_nodes, prod, {w.id: f"n{i}" for i, w in enumerate(prod)})
-        for j, (k, c, r) in enumerate(residents):
-            w = _spec(f"r{j}", c / 8, r / 8, Tier.BATCH)
-            led.apply(PlaceBatch(w, k % n_nodes, led.node_epoch(k % n_nodes)))
-        made.append(led)
-    bulk, loop = made
-    there = list(bulk.batch_ids())
-    rnd.shuffle(there)
-    gone = there[: max(_BULK_REMOVE_FROM, len(there) // 2)]
-    if len(gone) < _BULK_REMOVE_FROM:
-        return
-    cs = bulk.removals(gone, [bulk.node_of(w) for w in gone], RemovalCause.FINISHED)
-    i = len(cs) // 2
-    c = cs[i]
-    if odd == "stale":
-        cs[i] = RemoveBatch(c.workload_id, c.node, c.node_epoch + 1, c.cause)
-    elif odd == "twice":
-        cs[i] = RemoveBatch(cs[0].workload_id, c.node, c.node_epoch, c.cause)
-    elif odd == "unknown":
-        cs[i] = RemoveBatch("nobody", c.node, c.node_epoch, c.cause)
-    elif odd == "elsewhere" and n_nodes > 1:
-        cs[i] = RemoveBatch(c.workload_id, (c.node + 1) % n_nodes, c.node_epoch, c.cause)
-    elif odd == "production":
-        cs[i] = RemoveBatch(f"p{c.node}", c.node, c.node_epoch, c.cause)
-    got = [(r.commitment, r.accepted, r.reasons, r.global_epoch) for r in bulk.apply_all(cs)]
-    want = [(r.commitment, r.accepted, r.reasons, r.global_epoch) for r in _one_by_one(loop, cs)]
-    assert got == want
-    if odd is None:
-        assert all(a for _, a, _, _ in got)
-    assert _state(bulk) == _state(loop)
-    assert bulk.reservation_sum.tobytes() == bulk.incremental().reservation.tobytes()
-    # the freed rows are reused in the same order, and the sums from scratch agree
-    for j in range(len(gone)):
-        w = _spec(f"late{j}", 0.1, 0.1, Tier.BATCH)
-        took = [
-            led.apply(PlaceBatch(w, j % n_nodes, led.node_epoch(j % n_nodes))).accepted
-            for led in (bulk, loop)
-        ]
-        assert took[0] == took[1]
-    assert _state(bulk) == _state(loop)
-    for led in (bulk, loop):
-        assert np.allclose(led.reservation_sum, led.recompute().reservation)

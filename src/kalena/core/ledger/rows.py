@@ -178,26 +178,6 @@ class RowStore:
         self.slack_cpu[row] = True
         self._free.append(row)
 
-    def remove_many(self, rows: np.ndarray) -> None:
-        """:meth:`remove` of each of ``rows`` (distinct, in use) in that order, at once: the same
-        zeroed numbers and the same free list."""
-        listed = rows.tolist()
-        if not self.alive[rows].all() or len(set(listed)) != len(listed):
-            raise KeyError(f"rows {listed} are not distinct rows in use")
-        self.alive[rows] = False
-        self.node[rows] = -1
-        self.request[rows] = 0.0
-        self.reservation[rows] = 0.0
-        self.is_batch[rows] = False
-        self.serial[rows] = -1
-        for row in listed:
-            self.specs[row] = None
-        self.ids[rows] = ""
-        self.keys[rows] = ""
-        self.priority[rows] = 0
-        self.slack_cpu[rows] = True
-        self._free.extend(listed)
-
     def live_rows(self) -> np.ndarray:
         """Indices of rows in use, ascending."""
         return np.flatnonzero(self.alive[: self.high])

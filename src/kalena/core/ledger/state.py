@@ -40,7 +40,6 @@ from kalena.core.ledger.commitments import (
     Eviction,
     OverrideRecord,
     PlaceBatch,
-    RemovalCause,
     RemoveBatch,
     ReservationRefresh,
     ReservationUpdate,
@@ -55,9 +54,6 @@ from kalena.core.verdict import Reason, ReasonCode
 #: From this many placements on, :meth:`Ledger.apply_all` applies them at once (measured: below
 #: it, the loop of single applies costs less).
 _BULK_FROM = 24
-#: From this many removals on, :meth:`Ledger.apply_all` applies them at once (measured: 16 cost
-#: about the same either way, 64 half as much at once).
-_BULK_REMOVE_FROM = 16
 _EARLIER_REJECTED = "an earlier commitment of this decision on the node was rejected"
 
 
@@ -220,21 +216,6 @@ class Ledger:
     def node_epoch(self, node: int) -> int:
         return int(self._node_epoch[node])
 
-    def removals(
-        self, workload_ids: Sequence[str], nodes: np.ndarray | Sequence[int], cause: RemovalCause
-    ) -> list[RemoveBatch]:
-        """``RemoveBatch`` of each workload from its node, stamped as one decision's are: a node's
-        epoch now for its first, then one more for each later one there (for :meth:`apply_all`)."""
-        on = np.asarray(nodes, dtype=np.int64).tolist()
-        epoch = self._node_epoch[on].tolist() if on else []
-        turn: dict[int, int] = {}
-        out = []
-        for w, n, e in zip(workload_ids, on, epoch, strict=True):
-            r = turn.get(n, 0)
-            turn[n] = r + 1
-            out.append(RemoveBatch(w, n, e + r, cause))
-        return out
-
     def slack(self) -> np.ndarray:
         """``S = C - U`` per node, with the gpu column 0 (gpu is never slack). May be negative."""
         s = self._capacity - self._reservation_sum
@@ -388,10 +369,6 @@ class Ledger:
             bulk = self._place_all(commitments)  # type: ignore[arg-type]
             if bulk is not None:
                 return bulk
-        if len(commitments) >= _BULK_REMOVE_FROM and all(type(c) is RemoveBatch for c in commitments):
-            gone = self._remove_all(commitments)  # type: ignore[arg-type]
-            if gone is not None:
-                return gone
         results: list[CommitResult] = []
         failed: set[int] = set()
         for c in commitments:
@@ -425,54 +402,6 @@ class Ledger:
             CommitResult(c, bool(t), reasons.get(i, ()), e)
             for i, (c, t, e) in enumerate(zip(cs, took.tolist(), epochs.tolist(), strict=True))
         )
-
-    def _remove_all(self, cs: Sequence[RemoveBatch]) -> tuple[CommitResult, ...] | None:
-        """:meth:`apply_all` of ``RemoveBatch`` commitments at once when every one of them is
-        accepted in the loop (distinct batch workloads, each on the node it names, stamped with
-        that node's epoch at its turn), bit for bit the loop (rows and the free list, sums,
-        epochs, results); None otherwise, where the loop says what it says."""
-        k = len(cs)
-        ids = [c.workload_id for c in cs]
-        row_of, rs = self._row_of, self._rows
-        if len(set(ids)) < k or not all(i in row_of for i in ids):
-            return None
-        # a decision is a few to a few dozen removals: checked in a plain loop, which costs less
-        # than the NumPy calls would on so few
-        rows_l = [row_of[i] for i in ids]
-        where_l = [c.node for c in cs]
-        node, is_batch, epoch = rs.node, rs.is_batch, self._node_epoch
-        turn: dict[int, int] = {}
-        for c, row, n in zip(cs, rows_l, where_l, strict=True):
-            r = turn.get(n, 0)
-            turn[n] = r + 1
-            if node[row] != n or not is_batch[row] or c.node_epoch != epoch[n] + r:
-                return None  # (a row's node is a node index in range)
-        rows = np.array(rows_l, dtype=np.int64)
-        where = np.array(where_l, dtype=np.int64)
-        g = self._global_epoch
-        self._global_epoch += k
-        np.add.at(self._node_epoch, where, 1)
-        res = rs.reservation[rows]
-        np.subtract.at(self._reservation_sum, where, res)  # each node's rows in order, as the loop
-        self._drift |= (res != 0).any(axis=0)
-        np.subtract.at(self._batch_count, where, 1)
-        ns = self._ns_running
-        for i, row in zip(ids, rows.tolist(), strict=True):
-            del row_of[i]
-            spec = rs.specs[row]
-            left = ns[spec.namespace] - 1  # type: ignore[union-attr]
-            if left:
-                ns[spec.namespace] = left  # type: ignore[union-attr]
-            else:
-                del ns[spec.namespace]  # type: ignore[union-attr]
-            if self._index is not None:
-                self._index.remove(row, spec)  # type: ignore[arg-type]
-            self._anti_rows.pop(row, None)
-        rs.remove_many(rows)
-        self._sum_bins[rows] = self._spill
-        if int(rows.min()) < self._production:
-            self._production_ids = None
-        return tuple(CommitResult(c, True, (), g + 1 + i) for i, c in enumerate(cs))
 
     def place_until_refused(
         self, placements: Sequence[tuple[WorkloadSpec, int]]
