@@ -47,6 +47,7 @@ DOCKER = [
 
 CASES = [
     pytest.param("bench_estimator.py", ["--workloads", "1000"], True, id="estimator"),
+    pytest.param("bench_ledger_refresh.py", ["--hours", "0.1", "--repeat", "5"], True, id="ledger-refresh"),
     pytest.param("bench_placement.py", ["--nodes", "200", "--repeat", "1"], True, id="placement"),
     pytest.param("bench_archive.py", ["--workloads", "50", "--days", "1"], True, id="archive"),
     pytest.param(
