@@ -10,7 +10,8 @@ Production rows are loaded once from the blueprint (rows ``0..P-1``) and never r
 re-requested; batch rows come and go through :class:`PlaceBatch`, :class:`RemoveBatch` and
 :class:`Eviction`; reservations move through one bulk :class:`ReservationUpdate` (or
 :class:`ReservationRefresh`, every live row by row). Sums are kept
-incrementally and recomputed from scratch after every bulk update (which also resets float drift):
+incrementally and recomputed from scratch after every bulk update that moves a reservation
+(which also resets float drift; a refresh of some columns sums those and any that drifted):
 one ``bincount`` over the flattened rows through a per-cell bin index that each add and drop keeps
 current (:func:`~kalena.core.ledger.blueprint.indexed_sum`, bitwise ``per_node_sum`` over the live
 rows). :meth:`Ledger.recompute` gives the from-scratch values for the invariant check.
