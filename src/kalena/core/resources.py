@@ -90,6 +90,17 @@ def dim_index(name: str) -> int:
         raise KeyError(f"unknown resource dimension {name!r} (expected one of {', '.join(DIMS)})") from None
 
 
+def dim_indices(dims: Iterable[int]) -> tuple[int, ...]:
+    """``dims`` as a tuple of distinct dimension indices in ascending order (a subset of the eight
+    that an estimator or a reservation refresh covers); anything else raises ``ValueError``."""
+    out = tuple(int(d) for d in dims)
+    if not out or list(out) != sorted(set(out)) or out[0] < 0 or out[-1] >= NDIM:
+        raise ValueError(
+            f"dims must be distinct dimension indices 0..{NDIM - 1} in ascending order, got {out}"
+        )
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """An immutable 8-vector in IR units. ``inf`` means unconstrained (node allocatable only)."""

@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from kalena.core.classify import DEFAULT_STARTUP_GRACE_S
-from kalena.core.resources import DIMS, GPU, NDIM
+from kalena.core.resources import DIMS, GPU, NDIM, dim_indices
 
 
 @dataclass(slots=True, eq=False)
@@ -165,11 +165,7 @@ def _rows(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: type) -> n
 
 
 def _check_dims(dims: Sequence[int]) -> tuple[int, ...]:
-    out = tuple(int(d) for d in dims)
-    if not out or list(out) != sorted(set(out)) or out[0] < 0 or out[-1] >= NDIM:
-        raise ValueError(
-            f"dims must be distinct dimension indices 0..{NDIM - 1} in ascending order, got {out}"
-        )
+    out = dim_indices(dims)
     if GPU in out:
         raise ValueError(f"dims must leave out gpu ({GPU}): rule 4 holds its reservation at the request")
     return out

@@ -32,7 +32,7 @@ from dataclasses import KW_ONLY, InitVar, dataclass, field
 import numpy as np
 
 from kalena.core.model import WorkloadSpec
-from kalena.core.resources import NDIM
+from kalena.core.resources import NDIM, dim_indices
 from kalena.core.verdict import Reason
 
 
@@ -153,12 +153,7 @@ class ReservationRefresh:
         res = (np.array if copy else np.asarray)(self.reservations, dtype=np.float64)
         width = NDIM
         if self.dims is not None:
-            dims = tuple(int(d) for d in self.dims)
-            if not dims or list(dims) != sorted(set(dims)) or dims[0] < 0 or dims[-1] >= NDIM:
-                raise ValueError(
-                    f"dims must be distinct dimension indices 0..{NDIM - 1} in ascending order, "
-                    f"got {self.dims!r}"
-                )
+            dims = dim_indices(self.dims)
             object.__setattr__(self, "dims", dims)
             width = len(dims)
         if res.ndim != 2 or res.shape[1] != width:

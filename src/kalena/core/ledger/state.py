@@ -723,22 +723,14 @@ class Ledger:
             neq = new[:, j] != rs.reservation[:h, d]
             if d == GPU:  # the whole-row refresh's gpu rule, on the one column
                 at = np.flatnonzero(neq & alive)
-                bad_at = at[new[at, j] != rs.request[at, GPU]]
-                if len(bad_at):
-                    bad = rs.specs[int(bad_at[0])]
-                    msg = f"gpu reservation must equal the request (non-reclaimable); {bad.id!r} differs"  # type: ignore[union-attr]
-                    raise ValueError(msg)
+                self._check_gpu(at, new[at, j])
             moved_rows |= neq
         moved_rows &= alive
         if not moved_rows.any():
             return self._result(c, True)
-        moved_at = np.flatnonzero(moved_rows)
-        touched = np.zeros(self.n_nodes, dtype=bool)
-        touched[np.take(rs.node, moved_at)] = True
-        self._bump(np.flatnonzero(touched))
+        self._stamp(np.flatnonzero(moved_rows))
         for j, d in enumerate(dims):
             np.copyto(rs.reservation[:h, d], new[:, j], where=alive)
-        rs.version[moved_at] = self._global_epoch
         # From scratch, as the whole-row refresh sums: the refreshed dimensions and any whose sums
         # drifted since; the others were summed from scratch last and have not changed. Each column
         # is one bincount through the bins of dimension 0 (8 n for a live row on node n, the spill
@@ -757,6 +749,23 @@ class Ledger:
         self._drift[:] = False
         return self._result(c, True)
 
+    def _check_gpu(self, rows: np.ndarray, gpu: np.ndarray) -> None:
+        """The gpu rule for ``rows`` whose gpu reservation changes to ``gpu``: it must stay at the
+        request (the ledger keeps every row there, so only a changed cell needs comparing)."""
+        bad_at = np.flatnonzero(gpu != self._rows.request[rows, GPU])
+        if len(bad_at):
+            bad = self._rows.specs[int(rows[bad_at[0]])]
+            msg = f"gpu reservation must equal the request (non-reclaimable); {bad.id!r} differs"  # type: ignore[union-attr]
+            raise ValueError(msg)
+
+    def _stamp(self, moved_at: np.ndarray) -> None:
+        """A reservation write's epochs: each node of the ``moved_at`` rows bumped once (one scatter
+        pass), the rows' versions the new global epoch."""
+        touched = np.zeros(self.n_nodes, dtype=bool)
+        touched[np.take(self._rows.node, moved_at)] = True
+        self._bump(np.flatnonzero(touched))
+        self._rows.version[moved_at] = self._global_epoch
+
     def _write_reservations(
         self,
         c: ReservationUpdate | ReservationRefresh,
@@ -774,21 +783,13 @@ class Ledger:
         gpu_moved = neq[:, GPU] if alive is None else neq[:, GPU] & alive
         if gpu_moved.any():
             at = np.flatnonzero(gpu_moved)
-            row_at = at if rows is None else rows[at]
-            bad_at = np.flatnonzero(new[at, GPU] != rs.request[row_at, GPU])
-            if len(bad_at):
-                bad = rs.specs[int(row_at[bad_at[0]])]
-                msg = f"gpu reservation must equal the request (non-reclaimable); {bad.id!r} differs"  # type: ignore[union-attr]
-                raise ValueError(msg)
+            self._check_gpu(at if rows is None else rows[at], new[at, GPU])
         moved_rows = any_per_row(neq)
         if alive is not None:  # (a row not in use is never read: masked per row, not per cell)
             moved_rows &= alive
         if not moved_rows.any():
             return self._result(c, True)
-        moved_at = np.flatnonzero(moved_rows) if rows is None else np.compress(moved_rows, rows)
-        touched = np.zeros(self.n_nodes, dtype=bool)  # the nodes of the moved rows (one scatter pass)
-        touched[np.take(rs.node, moved_at)] = True
-        self._bump(np.flatnonzero(touched))
+        self._stamp(np.flatnonzero(moved_rows) if rows is None else np.compress(moved_rows, rows))
         h = rs.high
         # whole rows bit for bit, as ``rs.reservation[rows] = new`` (every live row for a refresh)
         dst, src = as_records(rs.reservation[:h] if rows is None else rs.reservation), as_records(new)
@@ -802,7 +803,6 @@ class Ledger:
             np.put(dst, rows, src)
         else:
             rs.reservation[rows] = new
-        rs.version[moved_at] = self._global_epoch
         # From scratch (it resets incremental float drift): one bincount over the flattened rows,
         # bitwise per_node_sum over the live rows (see indexed_sum).
         bins = self._sum_bins[:h].reshape(-1)
