@@ -41,17 +41,18 @@ def main() -> None:
     if dims is None:
         raise SystemExit("the estimator estimates every dimension here: nothing to compare")
     h = led.row_arrays().high
-    whole, columns = state.full[:h].copy(), state.reservation[:h].copy()
+    # in the estimator's layout (column-major, as the ledger's rows): np.copy keeps it
+    whole, columns = np.copy(state.full[:h]), np.copy(state.reservation[:h])
     rng = np.random.default_rng(args.seed)
     times: dict[str, list[float]] = {"whole rows": [], "columns": []}
 
     def refresh(form: str, s: float) -> None:
         if form == "whole rows":
-            values = whole.copy()
+            values = np.copy(whole)
             values[:, list(dims)] *= s
             kw: dict[str, tuple[int, ...]] = {}
         else:
-            values, kw = np.ascontiguousarray(columns * s), {"dims": dims}
+            values, kw = columns * s, {"dims": dims}
         t = time.perf_counter()  # the commitment (its copy and check) and the ledger's part
         if not led.apply(ReservationRefresh(values, led.global_epoch, **kw)).accepted:
             raise SystemExit(f"the {form} refresh was refused")

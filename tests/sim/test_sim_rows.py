@@ -38,6 +38,8 @@ def test_growing_row_by_row_keeps_what_each_row_held():
         t.grow(size)
         assert t.capacity == size == len(t.usage) == t.throttled.shape[1] == len(t.ids)
         assert t.usage.shape == (size, NDIM)
+        # column-major, as the ledger: each column is one contiguous run
+        assert t.usage[:, RAM].flags.contiguous and t.limit[:, RAM].flags.contiguous
         _check(t, range(used))
     t.grow(10)  # never shrinks
     assert t.capacity == 40

@@ -99,7 +99,8 @@ class RowTable:
         """A store of ``size`` rows at free-row values, holding the first ``keep`` rows of the old."""
         old, store = self._store, {}
         for name, dtype, free, cells in _COLUMNS:
-            store[name] = np.full((size, cells) if cells > 1 else size, free, dtype=dtype)
+            # (rows, 8) column-major, as the ledger's: the round reads a dimension at a time
+            store[name] = np.full((size, cells) if cells > 1 else size, free, dtype=dtype, order="F")
         store["throttled"] = np.zeros((self.window, size), dtype=np.int64)
         for name, a in old.items():
             if name == "throttled":

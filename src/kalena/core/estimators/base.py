@@ -22,6 +22,11 @@ requests or uses a dimension, an estimator whose ``zero_stays_zero`` is true giv
 there anyway, so the answer is the same bit for bit at a fraction of the work (Irina's pods use
 two of the eight beside gpu, which rule 4 holds at R whatever ``dims`` says). The rows then keep
 one column per estimated dimension, and the update still takes and returns all 8.
+
+**Layout.** The shared (W, k) rows are column-major: every rule works a dimension at a time
+over all rows, and a column of a row-major (W, 8) array is a strided pass that reads a whole
+cache line per cell. :func:`copy_state`, :func:`select_rows` and :func:`append_rows` keep each
+field's layout; the values are the same in either.
 """
 
 from __future__ import annotations
@@ -156,9 +161,9 @@ def _bad_cell(name: str, arr: np.ndarray, bad: np.ndarray, what: str) -> ValueEr
 
 
 def _rows(name: str, value: ArrayLike, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    arr = np.array(value, dtype=dtype)
+    arr = np.array(value, dtype=dtype, order="F")
     if arr.ndim == 0:  # one value for every row
-        return np.full(shape, arr, dtype=dtype)
+        return np.full(shape, arr, dtype=dtype, order="F")
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
     return arr
@@ -180,7 +185,7 @@ def base_fields(
     dims: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Validated fields of :class:`EstimatorState`; bad input raises ValueError naming key and value."""
-    req = np.array(requests, dtype=np.float64)
+    req = np.array(requests, dtype=np.float64, order="F")
     if req.ndim != 2 or req.shape[1] != NDIM:
         raise ValueError(f"requests must have shape (W, {NDIM}), got {req.shape}")
     w = req.shape[0]
@@ -199,16 +204,16 @@ def base_fields(
     out: dict[str, Any] = {}
     if dims is not None:
         d = _check_dims(dims)
-        out = {"dims": d, "full": req.copy()}  # r_0 = R on all 8
-        req, lim = req.take(d, axis=1), lim.take(d, axis=1)
+        out = {"dims": d, "full": np.copy(req)}  # r_0 = R on all 8
+        req, lim = req[:, list(d)], lim[:, list(d)]
     return out | {
         "requests": req,
         "limits": lim,
         "grace_until": start + gr,
         "pinned": pin,
-        "reservation": req.copy(),  # r_0 = R
+        "reservation": np.copy(req),  # r_0 = R
         "spare": np.empty_like(req),
-        "missing": np.empty(req.shape, dtype=np.bool_),
+        "missing": np.empty_like(req, dtype=np.bool_),
     }
 
 
@@ -222,9 +227,9 @@ def check_step(state: EstimatorState, usage: np.ndarray, now: float, dt: float) 
         raise ValueError(f"now must be a finite time in seconds, got {now!r}")
     if not (np.isfinite(dt) and dt >= 0):
         raise ValueError(f"dt must be a finite sample spacing >= 0 s, got {dt!r}")
-    # A gather into a fresh (W, k) array: arithmetic on a strided (W, k) view of (W, 8) runs an
-    # inner loop of k cells per row, slower than on all 8 contiguous ones.
-    return usage if state.dims is None else usage.take(state.dims, axis=1)
+    # A gather into a fresh (W, k) array, in usage's layout (take would make a column-major
+    # usage row-major, one strided pass per column).
+    return usage if state.dims is None else usage[:, list(state.dims)]
 
 
 # the shared rules ----------------------------------------------------------------------------------
@@ -259,12 +264,16 @@ def finalize(state: EstimatorState, usage: np.ndarray, hold: np.ndarray) -> np.n
 def _copy_rows(dst: np.ndarray, src: np.ndarray, rows: np.ndarray) -> None:
     """``dst[rows] = src[rows]`` for a (W,) bool ``rows``: whole rows bit for bit.
 
-    Seen as one opaque 64-byte record per row, the masked copy is one element test per row
-    (~15x faster than ``copyto(where=rows[:, None])``, which tests every cell through a broadcast
-    mask); any other layout takes that plain form.
+    Column-major (the rows' layout), a column at a time; row-major, seen as one opaque 64-byte
+    record per row, one element test per row (either ~15x faster than
+    ``copyto(where=rows[:, None])``, which tests every cell through a broadcast mask); any other
+    layout takes that plain form.
     """
     same = dst.ndim == 2 and dst.shape == src.shape and dst.dtype == src.dtype
-    if same and dst.flags.c_contiguous and src.flags.c_contiguous:
+    if same and dst.flags.f_contiguous and src.flags.f_contiguous:
+        for j in range(dst.shape[1]):
+            np.copyto(dst[:, j], src[:, j], where=rows)
+    elif same and dst.flags.c_contiguous and src.flags.c_contiguous:
         record = np.dtype((np.void, dst.shape[1] * dst.itemsize))
         np.copyto(dst.view(record).reshape(len(dst)), src.view(record).reshape(len(src)), where=rows)
     else:
@@ -282,7 +291,7 @@ def _axis(state: EstimatorState, name: str) -> int:
 
 def copy_state(state: S) -> S:
     """An independent copy (arrays copied, shared scalars such as a ring head kept)."""
-    return dataclasses.replace(state, **{k: getattr(state, k).copy() for k in _row_fields(state)})
+    return dataclasses.replace(state, **{k: np.copy(getattr(state, k)) for k in _row_fields(state)})
 
 
 def select_rows(state: S, keep: ArrayLike) -> S:
@@ -297,8 +306,19 @@ def select_rows(state: S, keep: ArrayLike) -> S:
             raise ValueError(f"keep mask must have shape ({state.n},), got {idx.shape}")
         idx = np.flatnonzero(idx)
     return dataclasses.replace(
-        state, **{k: np.take(getattr(state, k), idx, axis=_axis(state, k)) for k in _row_fields(state)}
+        state,
+        **{
+            k: _layout_of(getattr(state, k), np.take(getattr(state, k), idx, axis=_axis(state, k)))
+            for k in _row_fields(state)
+        },
     )
+
+
+def _layout_of(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``new`` in ``old``'s layout (a column-major (W, k) field stays so; take gives row-major)."""
+    if old.ndim == 2 and old.flags.f_contiguous and not old.flags.c_contiguous:
+        return np.asfortranarray(new)
+    return new
 
 
 def _check_same_kind(state: S, new: S) -> None:
@@ -338,7 +358,9 @@ def append_rows(state: S, new: S) -> S:
     return dataclasses.replace(
         state,
         **{
-            k: np.concatenate((getattr(state, k), getattr(new, k)), axis=_axis(state, k))
+            k: _layout_of(
+                getattr(state, k), np.concatenate((getattr(state, k), getattr(new, k)), axis=_axis(state, k))
+            )
             for k in _row_fields(state)
         },
     )

@@ -292,7 +292,8 @@ def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float, out: np.ndarray
             flat = top.reshape(k, -1)
             lo = flat[lo_of[n_r], rows].astype(np.float64)
             hi = flat[hi_of[n_r], rows].astype(np.float64)
-            d.reshape(-1)[rows] = lo + frac_of[n_r] * (hi - lo)  # the same sum as above, reordered
+            # (by row and column: ``out`` may be column-major, where a flat view would be a copy)
+            d[np.divmod(rows, d.shape[1])] = lo + frac_of[n_r] * (hi - lo)  # the same sum as above, reordered
     return d
 
 

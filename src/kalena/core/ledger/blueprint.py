@@ -77,21 +77,6 @@ def per_node_sum(node: np.ndarray, values: np.ndarray, n_nodes: int) -> np.ndarr
     return out
 
 
-def indexed_sum(index: np.ndarray, values: np.ndarray, n_nodes: int) -> np.ndarray:
-    """``per_node_sum`` over the live rows of ``values`` ``(k, 8)``; ``index`` ``(8k,)`` bins each cell.
-
-    ``index[8 i + d]`` is ``8 * node[i] + d`` for a live row ``i``, and ``8 * n_nodes + d`` (a spill
-    bin past the last node) otherwise, so the whole row block is summed without selecting the live
-    rows first. Bitwise equal to ``per_node_sum(node[live], values[live], n_nodes)``: ``bincount``
-    adds each bin's weights in input order, so every ``(n, d)`` sum adds the same rows in the same
-    order (ascending) from 0.0; one call over the flattened rows replaces eight column copies and
-    calls.
-    """
-    flat = np.ascontiguousarray(values, dtype=np.float64).reshape(-1)
-    out = np.bincount(index, weights=flat, minlength=(n_nodes + 1) * NDIM)
-    return out[: n_nodes * NDIM].reshape(n_nodes, NDIM)
-
-
 @dataclass(frozen=True, eq=False)
 class Blueprint:
     """Production ids, node indices ``(P,)`` and requests ``(P, 8)``, plus per-node request sums."""

@@ -46,8 +46,10 @@ class RowStore:
         if initial < 1:
             raise ValueError(f"initial row capacity must be >= 1, got {initial}")
         self.node = np.full(initial, -1, dtype=np.int64)
-        self.request = np.zeros((initial, NDIM), dtype=np.float64)
-        self.reservation = np.zeros((initial, NDIM), dtype=np.float64)
+        # column-major: every round reads a dimension at a time (a column of a row-major (W, 8)
+        # array is a strided pass, a cache line per cell)
+        self.request = np.zeros((initial, NDIM), dtype=np.float64, order="F")
+        self.reservation = np.zeros((initial, NDIM), dtype=np.float64, order="F")
         self.is_batch = np.zeros(initial, dtype=bool)
         self.alive = np.zeros(initial, dtype=bool)
         self.version = np.zeros(initial, dtype=np.int64)
@@ -72,8 +74,8 @@ class RowStore:
         old = self.capacity
         new = 2 * old
         self.node = np.concatenate([self.node, np.full(old, -1, dtype=np.int64)])
-        self.request = np.concatenate([self.request, np.zeros((old, NDIM))])
-        self.reservation = np.concatenate([self.reservation, np.zeros((old, NDIM))])
+        self.request = np.concatenate([self.request, np.zeros((old, NDIM), order="F")])
+        self.reservation = np.concatenate([self.reservation, np.zeros((old, NDIM), order="F")])
         self.is_batch = np.concatenate([self.is_batch, np.zeros(old, dtype=bool)])
         self.alive = np.concatenate([self.alive, np.zeros(old, dtype=bool)])
         self.version = np.concatenate([self.version, np.zeros(old, dtype=np.int64)])
@@ -208,14 +210,3 @@ def all_per_row(mask: np.ndarray) -> np.ndarray:
     """``mask.all(axis=1)`` for ``(k, 8)`` bool (comparisons store True as the byte 1)."""
     w = _words(mask)
     return mask.all(axis=1) if w is None else w == _ALL_TRUE
-
-
-def as_records(a: np.ndarray) -> np.ndarray | None:
-    """``(k,)`` view of a C-contiguous ``(k, 8)`` array with one opaque record per row, or ``None``.
-
-    Copying records (``put``, ``copyto(where=...)``) moves whole rows bit for bit, far faster than
-    element-wise fancy indexing or a broadcast ``(k, 1)`` mask.
-    """
-    if a.ndim != 2 or not a.flags.c_contiguous:
-        return None
-    return a.view(np.dtype((np.void, a.shape[1] * a.itemsize))).reshape(len(a))

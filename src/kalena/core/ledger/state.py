@@ -11,10 +11,11 @@ re-requested; batch rows come and go through :class:`PlaceBatch`, :class:`Remove
 :class:`Eviction`; reservations move through one bulk :class:`ReservationUpdate` (or
 :class:`ReservationRefresh`, every live row by row). Sums are kept
 incrementally and recomputed from scratch after every bulk update that moves a reservation
-(which also resets float drift; a refresh of some columns sums those and any that drifted):
-one ``bincount`` over the flattened rows through a per-cell bin index that each add and drop keeps
-current (:func:`~kalena.core.ledger.blueprint.indexed_sum`, bitwise ``per_node_sum`` over the live
-rows). :meth:`Ledger.recompute` gives the from-scratch values for the invariant check.
+(which also resets float drift; a refresh sums the columns it writes and any that drifted):
+one ``bincount`` per column through a per-row node bin that each add and drop keeps current (a
+spill bin for a free row), bitwise ``per_node_sum`` over the live rows. The request and
+reservation rows are column-major: the round, the estimator and these sums read a dimension at a
+time. :meth:`Ledger.recompute` gives the from-scratch values for the invariant check.
 
 Loads are vectorised: the blueprint's production in one step, a cluster shell's observed batch
 through :meth:`Ledger.place_until_refused` (each pass rebuilds that ledger), and a scheduling
@@ -34,7 +35,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from kalena.core.ledger.blueprint import indexed_sum, node_lookup, per_node_sum, resolve_production
+from kalena.core.ledger.blueprint import node_lookup, per_node_sum, resolve_production
 from kalena.core.ledger.commitments import (
     Commitment,
     CommitResult,
@@ -47,7 +48,7 @@ from kalena.core.ledger.commitments import (
 )
 from kalena.core.ledger.fit import insufficient_resources, rank_within, running_fit, tolerant_capacity
 from kalena.core.ledger.index import ResidentIndex
-from kalena.core.ledger.rows import INITIAL_ROWS, RowStore, any_per_row, as_records
+from kalena.core.ledger.rows import INITIAL_ROWS, RowStore, any_per_row
 from kalena.core.model import NodeSpec, Selector, Tier, WorkloadSpec
 from kalena.core.resources import DIMS, GPU, NDIM, Resources, stack
 from kalena.core.verdict import Reason, ReasonCode
@@ -56,6 +57,8 @@ from kalena.core.verdict import Reason, ReasonCode
 #: it, the loop of single applies costs less).
 _BULK_FROM = 24
 _EARLIER_REJECTED = "an earlier commitment of this decision on the node was rejected"
+
+ALL_DIMS = tuple(range(NDIM))  # a whole-row refresh: every column
 
 
 def _stale_reason(detail: str) -> Reason:
@@ -124,11 +127,9 @@ class Ledger:
         self._global_epoch = 0
         self._production = 0
         self._production_ids: tuple[str, ...] | None = None  # rows 0..P-1 never change: built once
-        # indexed_sum's bin of every row cell: 8 * node + d while the row is live, else the spill
-        # bins past the last node; kept per add and drop, so a bulk update never rebuilds it
-        self._spill = np.arange(n * NDIM, (n + 1) * NDIM, dtype=np.intp)
-        self._dim_bins = np.arange(NDIM, dtype=np.intp)
-        self._sum_bins = np.tile(self._spill, (INITIAL_ROWS, 1))
+        # the sums' bin of every row: its node while the row is live, else the spill bin n past
+        # the last node; kept per add and drop, so a bulk update never rebuilds it
+        self._sum_node = np.full(INITIAL_ROWS, n, dtype=np.intp)
         # the dimensions whose reservation sums took a non-zero incremental change since they were
         # last summed from scratch (a refresh of some dimensions sums these again too)
         self._drift = np.zeros(NDIM, dtype=bool)
@@ -523,7 +524,7 @@ class Ledger:
         if rows.size and int(rows.min()) < self._production:
             self._production_ids = None
         self._cover(int(rows.max()))
-        self._sum_bins[rows] = self._dim_bins + where[:, None] * NDIM
+        self._sum_node[rows] = where
         self._row_of.update(zip((w.id for w in specs), rows.tolist(), strict=True))
         if self._index is not None:
             for row, spec in zip(rows.tolist(), specs, strict=True):
@@ -545,7 +546,7 @@ class Ledger:
         if row < self._production:  # never through the commitments (production rows are not freed)
             self._production_ids = None
         self._cover(row)
-        self._sum_bins[row] = self._dim_bins + n * NDIM
+        self._sum_node[row] = n
         self._row_of[spec.id] = row
         if self._index is not None:
             self._index.add(row, spec)
@@ -562,10 +563,10 @@ class Ledger:
 
     def _cover(self, row: int) -> None:
         """The bin index reaches ``row`` (grown with the rows when they doubled)."""
-        if row >= len(self._sum_bins):
-            grown = np.tile(self._spill, (self._rows.capacity, 1))
-            grown[: len(self._sum_bins)] = self._sum_bins
-            self._sum_bins = grown
+        if row >= len(self._sum_node):
+            grown = np.full(self._rows.capacity, self.n_nodes, dtype=np.intp)
+            grown[: len(self._sum_node)] = self._sum_node
+            self._sum_node = grown
 
     def _drop(self, workload_id: str) -> None:
         row = self._row_of.pop(workload_id)
@@ -585,7 +586,7 @@ class Ledger:
             self._index.remove(row, spec)
         self._anti_rows.pop(row, None)
         self._rows.remove(row)
-        self._sum_bins[row] = self._spill
+        self._sum_node[row] = self.n_nodes
         if row < self._production:
             self._production_ids = None
 
@@ -704,50 +705,52 @@ class Ledger:
             if moved.any():
                 detail = f"{int(moved.sum())} row(s) placed or changed since"
                 return self._stale(c, f"computed at epoch {c.global_epoch}: {detail}")
-        new = c.reservations[:h]
-        if c.dims is not None:
-            return self._refresh_columns(c, c.dims, new, alive)
-        neq = np.not_equal(new, rs.reservation[:h], out=np.empty(new.shape, dtype=bool))
-        return self._write_reservations(c, None, new, neq, alive)
+        # whole rows are the refresh of every column: the rows are column-major
+        return self._refresh_columns(c, ALL_DIMS if c.dims is None else c.dims, c.reservations[:h], alive)
 
     def _refresh_columns(
         self, c: ReservationRefresh, dims: tuple[int, ...], new: np.ndarray, alive: np.ndarray
     ) -> CommitResult:
-        """A refresh of the ``dims`` columns only (``new[:, j]`` is dimension ``dims[j]``): the
-        same rows move, the same epochs and versions, the same cells and sums as the whole-row
-        refresh whose other columns equal the ledger's."""
+        """A refresh of the ``dims`` columns (``new[:, j]`` is dimension ``dims[j]``; all of them
+        for whole rows). A refresh of some columns moves the same rows, with the same epochs,
+        versions, cells and sums, as the whole-row refresh whose other columns equal the
+        ledger's."""
         rs = self._rows
         h = len(new)
         moved_rows = np.zeros(h, dtype=bool)
+        moved: set[int] = set()
         for j, d in enumerate(dims):
-            neq = new[:, j] != rs.reservation[:h, d]
-            if d == GPU:  # the whole-row refresh's gpu rule, on the one column
-                at = np.flatnonzero(neq & alive)
+            neq = np.not_equal(new[:, j], rs.reservation[:h, d])
+            neq &= alive
+            if d == GPU:  # the gpu rule, on the one column
+                at = np.flatnonzero(neq)
                 self._check_gpu(at, new[at, j])
-            moved_rows |= neq
-        moved_rows &= alive
-        if not moved_rows.any():
+            if neq.any():
+                moved_rows |= neq
+                moved.add(d)
+        if not moved:
             return self._result(c, True)
         self._stamp(np.flatnonzero(moved_rows))
         for j, d in enumerate(dims):
             np.copyto(rs.reservation[:h, d], new[:, j], where=alive)
-        # From scratch, as the whole-row refresh sums: the refreshed dimensions and any whose sums
-        # drifted since; the others were summed from scratch last and have not changed. Each column
-        # is one bincount through the bins of dimension 0 (8 n for a live row on node n, the spill
-        # bin for a free one): the same rows in the same order as indexed_sum, bit for bit.
-        again = sorted(set(dims) | set(np.flatnonzero(self._drift).tolist()))
-        n = self.n_nodes
-        if len(again) == NDIM:
-            self._reservation_sum = indexed_sum(self._sum_bins[:h].reshape(-1), rs.reservation[:h], n)
-        else:
-            bins = self._sum_bins[:h, 0]
-            sums = self._reservation_sum.copy()  # a new array, as a whole-row refresh leaves
-            for d in again:
-                col = new[:, dims.index(d)] if d in dims else rs.reservation[:h, d]
-                sums[:, d] = np.bincount(bins, weights=col, minlength=(n + 1) * NDIM)[: n * NDIM : NDIM]
-            self._reservation_sum = sums
-        self._drift[:] = False
+        # From scratch: the dimensions that moved and any whose sums drifted since. Every other
+        # one was summed from scratch last and holds the same values: its sums would come out the
+        # same bit for bit.
+        self._sum_from_scratch(moved)
         return self._result(c, True)
+
+    def _sum_from_scratch(self, dims: set[int]) -> None:
+        """The reservation sums of ``dims`` and of every drifted dimension, from scratch: one
+        bincount per column through the rows' node bins (a free row's goes to the spill bin), so
+        every (node, d) sum adds its live rows in ascending order from 0.0, bitwise
+        ``per_node_sum`` over the live rows. A new array, never written in place."""
+        rs, n, h = self._rows, self.n_nodes, self._rows.high
+        bins = self._sum_node[:h]
+        sums = self._reservation_sum.copy()
+        for d in sorted(dims | set(np.flatnonzero(self._drift).tolist())):
+            sums[:, d] = np.bincount(bins, weights=rs.reservation[:h, d], minlength=n + 1)[:n]
+        self._reservation_sum = sums
+        self._drift[:] = False
 
     def _check_gpu(self, rows: np.ndarray, gpu: np.ndarray) -> None:
         """The gpu rule for ``rows`` whose gpu reservation changes to ``gpu``: it must stay at the
@@ -767,47 +770,23 @@ class Ledger:
         self._rows.version[moved_at] = self._global_epoch
 
     def _write_reservations(
-        self,
-        c: ReservationUpdate | ReservationRefresh,
-        rows: np.ndarray | None,
-        new: np.ndarray,
-        neq: np.ndarray,
-        alive: np.ndarray | None = None,
+        self, c: ReservationUpdate, rows: np.ndarray, new: np.ndarray, neq: np.ndarray
     ) -> CommitResult:
-        """Write ``new`` to ``rows``; ``neq`` marks the cells that differ from the ledger's. With
-        ``rows`` None, ``new`` and ``neq`` are indexed by row and only the ``alive`` rows count."""
+        """Write ``new`` to ``rows``; ``neq`` marks the cells that differ from the ledger's."""
         rs = self._rows
         # gpu: the ledger keeps every row's gpu reservation equal to its request (a row starts at
         # r = R, and each later write is this check or a reset to R), so only a changed gpu cell
         # can differ from the request; those are compared with it
-        gpu_moved = neq[:, GPU] if alive is None else neq[:, GPU] & alive
+        gpu_moved = neq[:, GPU]
         if gpu_moved.any():
             at = np.flatnonzero(gpu_moved)
-            self._check_gpu(at if rows is None else rows[at], new[at, GPU])
+            self._check_gpu(rows[at], new[at, GPU])
         moved_rows = any_per_row(neq)
-        if alive is not None:  # (a row not in use is never read: masked per row, not per cell)
-            moved_rows &= alive
         if not moved_rows.any():
             return self._result(c, True)
-        self._stamp(np.flatnonzero(moved_rows) if rows is None else np.compress(moved_rows, rows))
-        h = rs.high
-        # whole rows bit for bit, as ``rs.reservation[rows] = new`` (every live row for a refresh)
-        dst, src = as_records(rs.reservation[:h] if rows is None else rs.reservation), as_records(new)
-        if rows is None:
-            live = rs.alive[:h] if alive is None else alive  # (a refresh passes it: the same rows)
-            if dst is not None and src is not None:
-                np.copyto(dst, src, where=live)
-            else:
-                np.copyto(rs.reservation[:h], new, where=live[:, None])
-        elif dst is not None and src is not None:
-            np.put(dst, rows, src)
-        else:
-            rs.reservation[rows] = new
-        # From scratch (it resets incremental float drift): one bincount over the flattened rows,
-        # bitwise per_node_sum over the live rows (see indexed_sum).
-        bins = self._sum_bins[:h].reshape(-1)
-        self._reservation_sum = indexed_sum(bins, rs.reservation[:h], self.n_nodes)
-        self._drift[:] = False
+        self._stamp(np.compress(moved_rows, rows))
+        rs.reservation[rows] = new
+        self._sum_from_scratch(set(ALL_DIMS))  # (it resets incremental float drift)
         return self._result(c, True)
 
 
