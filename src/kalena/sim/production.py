@@ -174,7 +174,7 @@ class ProductionUsage:
         up = np.flatnonzero(self.bursting)
         cpu_f[up] = np.maximum(cpu_f[up], self.pi[up])
         ram_f[up] = np.maximum(ram_f[up], self.kappa[up])
-        out = np.zeros((n, NDIM))
+        out = np.zeros((n, NDIM), order="F")  # written and read a column at a time, as the rows
         for d, request, ram_like in self._scaled:  # each cell the product R * factor, as a whole
             np.multiply(request, ram_f if ram_like else cpu_f, out=out[:, d])
         if self._gpu:

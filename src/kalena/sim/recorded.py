@@ -58,7 +58,7 @@ class RecordedUsage:
         self.ram = np.concatenate(rams) if rams else np.zeros(0)
         self.ptr = self.start.copy()  # the sample in force, per row with samples
         self.rows = np.flatnonzero(self.has)
-        self.base = np.zeros((n, NDIM))
+        self.base = np.zeros((n, NDIM), order="F")  # column-major, as the rows it is copied into
         self.base[:, CPU] = self.requests[:, CPU] * samples.ratio[0]
         self.base[:, RAM] = self.requests[:, RAM] * samples.ratio[1]
         self.base[:, GPU] = self.requests[:, GPU]  # devices are held, not shared
@@ -80,7 +80,7 @@ class RecordedUsage:
                 break
             ptr[move] += 1
         self.ptr[rows] = ptr
-        out = self.base.copy()
+        out = np.copy(self.base)  # (np.copy keeps the layout, ndarray.copy makes it row-major)
         out[rows, CPU] = self.cpu[ptr]
         out[rows, RAM] = self.ram[ptr]
         self.burst_started[:] = False
