@@ -69,7 +69,9 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     requests = rng.uniform(0.1, 4.0, (w, NDIM))
     limits = requests * rng.uniform(1.0, 3.0, (w, NDIM))
-    samples = [requests * rng.uniform(0.0, 1.5, (w, NDIM)) for _ in range(4)]
+    # column-major, as the estimator keeps its rows and the simulator its usage (a row-major
+    # usage still works, a little slower: the arithmetic then meets two layouts)
+    samples = [np.asfortranarray(requests * rng.uniform(0.0, 1.5, (w, NDIM))) for _ in range(4)]
     for u in samples:
         u[rng.random(u.shape) < 0.01] = np.nan
     started, grace = np.zeros(w), np.zeros(w)
@@ -91,7 +93,7 @@ def main() -> None:
             }
         )
 
-    buf = np.empty((w, NDIM))
+    buf = np.empty((w, NDIM), order="F")
 
     def floor_pass(k: int) -> object:
         return np.multiply(samples[k % 4], 1.15, out=buf)

@@ -34,8 +34,8 @@ def estimate(
         return {}, None
     cap = ledger.capacity[0]
     w = len(rows.ids)
-    u = np.full((w, NDIM), np.nan)
-    limits = np.empty((w, NDIM))
+    u = np.full((w, NDIM), np.nan, order="F")  # the estimator's rows' layout
+    limits = np.empty((w, NDIM), order="F")
     started = np.empty(w)
     grace = np.empty(w)
     pinned = np.zeros(w, dtype=bool)

@@ -17,6 +17,7 @@ from kalena.core.estimators import (
     copy_state,
     select_rows,
 )
+from kalena.core.estimators.peak import PeakState
 from kalena.core.resources import NDIM
 
 ESTIMATORS = [DecayEstimator(), PeakWithMargin(), DecayingHistogram()]
@@ -214,4 +215,9 @@ def test_the_rows_stay_column_major_through_copy_select_and_append(est, dims) ->
     for s in (state, copy_state(state), select_rows(state, np.array([0, 2, 4])), grown):
         for name in ("requests", "limits", "reservation", "spare", "missing"):
             assert getattr(s, name).flags.f_contiguous, name
+        if isinstance(s, PeakState):  # its ring and top-k: each (W, k) slot column-major too
+            for name in ("window", "prefix", "suffix", "merged"):
+                a = getattr(s, name)
+                assert a[(0,) * (a.ndim - 2)].flags.f_contiguous, name
+            assert s.n_valid.flags.f_contiguous
     assert grown.n == 7

@@ -315,10 +315,17 @@ def select_rows(state: S, keep: ArrayLike) -> S:
 
 
 def _layout_of(old: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """``new`` in ``old``'s layout (a column-major (W, k) field stays so; take gives row-major)."""
-    if old.ndim == 2 and old.flags.f_contiguous and not old.flags.c_contiguous:
-        return np.asfortranarray(new)
+    """``new`` in ``old``'s layout: a field whose last two axes are column-major ((W, k), or a
+    stack of such slots) stays so; take and concatenate may give row-major."""
+    if old.ndim >= 2 and old.strides[-2] < old.strides[-1]:
+        return column_slots(new)
     return new
+
+
+def column_slots(a: np.ndarray) -> np.ndarray:
+    """``a`` with its last two axes column-major, each (W, k) slot one contiguous block of
+    columns (no copy when it is already)."""
+    return np.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
 
 
 def _check_same_kind(state: S, new: S) -> None:

@@ -109,7 +109,8 @@ class PeakParams:
 
 @dataclass(slots=True, eq=False)
 class PeakState(EstimatorState):
-    # slot-major, so that an update writes one contiguous (W, 8) slot rather than a strided one
+    # slot-major, so that an update writes one contiguous (W, 8) slot rather than a strided one;
+    # each slot column-major, as the shared rows (their arithmetic meets in one layout)
     window: np.ndarray  # (K, W, 8) float32 ring of samples, NaN = none
     n_valid: np.ndarray  # (W, 8) int32 samples in the window
     margin: np.ndarray  # (W,) float64 m_class
@@ -144,12 +145,12 @@ class PeakWithMargin(EstimatorBase[PeakState]):
         k = 0 if k > MAX_TOP else k  # 0: the full sort
         return PeakState(
             **rows,
-            window=np.full((size, w, d), np.nan, dtype=np.float32),
-            n_valid=np.zeros((w, d), dtype=np.int32),
+            window=_slots((size,), w, d, np.nan, np.float32),
+            n_valid=_slots((), w, d, 0, np.int32),
             margin=self.params.margins()[cls.astype(np.intp)],
-            prefix=np.full((k, w, d), np.nan, dtype=np.float32),
-            suffix=np.full((size, k, w, d), np.nan, dtype=np.float32),
-            merged=np.full((k, w, d), np.nan, dtype=np.float32),
+            prefix=_slots((k,), w, d, np.nan, np.float32),
+            suffix=_slots((size, k), w, d, np.nan, np.float32),
+            merged=_slots((k,), w, d, np.nan, np.float32),
         )
 
     def update_in_place(self, state: PeakState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
@@ -177,6 +178,11 @@ class PeakWithMargin(EstimatorBase[PeakState]):
         if int(state.n_valid.min(initial=1)) == 0:  # no sample yet: hold r (r_0 = R)
             np.copyto(est, state.reservation, where=state.n_valid == 0)
         return finalize(state, usage, hold)
+
+
+def _slots(lead: tuple[int, ...], w: int, d: int, fill: float, dtype: type) -> np.ndarray:
+    """(*lead, W, d) filled with ``fill``, each (W, d) slot column-major."""
+    return np.full((*lead, d, w), fill, dtype=dtype).swapaxes(-1, -2)
 
 
 def _advance(state: PeakState, new: np.ndarray) -> np.ndarray:
@@ -285,15 +291,16 @@ def top_quantile(top: np.ndarray, n_valid: np.ndarray, q: float, out: np.ndarray
     if least != most:
         # (not n = 0: those rows hold r whatever is read, and a simulator keeps many such spare rows;
         # comparing is cheaper than looking each count up)
-        flat_n = n_valid.reshape(-1)
-        rows = np.flatnonzero((flat_n != most) & (flat_n != 0))
-        if len(rows):
-            n_r = flat_n[rows]
-            flat = top.reshape(k, -1)
-            lo = flat[lo_of[n_r], rows].astype(np.float64)
-            hi = flat[hi_of[n_r], rows].astype(np.float64)
-            # (by row and column: ``out`` may be column-major, where a flat view would be a copy)
-            d[np.divmod(rows, d.shape[1])] = lo + frac_of[n_r] * (hi - lo)  # the same sum as above, reordered
+        # cells numbered column by column (views, on the column-major slots; copies otherwise)
+        flat_n = n_valid.T.reshape(-1)
+        cells = np.flatnonzero((flat_n != most) & (flat_n != 0))
+        if len(cells):
+            n_r = flat_n[cells]
+            flat = top.swapaxes(-1, -2).reshape(k, -1)
+            lo = flat[lo_of[n_r], cells].astype(np.float64)
+            hi = flat[hi_of[n_r], cells].astype(np.float64)
+            col, row = np.divmod(cells, d.shape[0])
+            d[row, col] = lo + frac_of[n_r] * (hi - lo)  # the same sum as above, reordered
     return d
 
 
