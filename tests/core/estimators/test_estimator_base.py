@@ -17,6 +17,7 @@ from kalena.core.estimators import (
     copy_state,
     select_rows,
 )
+from kalena.core.estimators.histogram import HistogramState
 from kalena.core.estimators.peak import PeakState
 from kalena.core.resources import NDIM
 
@@ -220,4 +221,12 @@ def test_the_rows_stay_column_major_through_copy_select_and_append(est, dims) ->
                 a = getattr(s, name)
                 assert a[(0,) * (a.ndim - 2)].flags.f_contiguous, name
             assert s.n_valid.flags.f_contiguous
+        if isinstance(s, HistogramState):  # its buckets: rows first, a cell's buckets together
+            for name in ("hist", "scale", "bucket", "below", "at", "total"):
+                assert getattr(s, name).swapaxes(0, 1).flags.c_contiguous, name
     assert grown.n == 7
+    # one row selected twice from a one-row state (whose layout says nothing): still updatable,
+    # both rows alike
+    twice = select_rows(select_rows(state, [1]), [0, 0])
+    r = est.update_in_place(twice, np.ones((2, NDIM)), 10.0, 10.0)
+    assert np.array_equal(r[0], r[1])

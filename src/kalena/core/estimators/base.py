@@ -25,8 +25,8 @@ one column per estimated dimension, and the update still takes and returns all 8
 
 **Layout.** The shared (W, k) rows are column-major: every rule works a dimension at a time
 over all rows, and a column of a row-major (W, 8) array is a strided pass that reads a whole
-cache line per cell. :func:`copy_state`, :func:`select_rows` and :func:`append_rows` keep each
-field's layout; the values are the same in either.
+cache line per cell. :func:`copy_state`, :func:`select_rows` and :func:`append_rows` keep every row
+field so (:func:`rows_first`); the values are the same in any layout.
 """
 
 from __future__ import annotations
@@ -308,24 +308,20 @@ def select_rows(state: S, keep: ArrayLike) -> S:
     return dataclasses.replace(
         state,
         **{
-            k: _layout_of(getattr(state, k), np.take(getattr(state, k), idx, axis=_axis(state, k)))
+            k: rows_first(np.take(getattr(state, k), idx, axis=_axis(state, k)), _axis(state, k))
             for k in _row_fields(state)
         },
     )
 
 
-def _layout_of(old: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """``new`` in ``old``'s layout: a field whose last two axes are column-major ((W, k), or a
-    stack of such slots) stays so; take and concatenate may give row-major."""
-    if old.ndim >= 2 and old.strides[-2] < old.strides[-1]:
-        return column_slots(new)
-    return new
-
-
-def column_slots(a: np.ndarray) -> np.ndarray:
-    """``a`` with its last two axes column-major, each (W, k) slot one contiguous block of
-    columns (no copy when it is already)."""
-    return np.ascontiguousarray(a.swapaxes(-1, -2)).swapaxes(-1, -2)
+def rows_first(a: np.ndarray, axis: int = 0) -> np.ndarray:
+    """``a`` in the layout of every row field: its row ``axis`` runs faster in memory than the
+    next one (the dimension), so a dimension's cells over all rows are one contiguous block; a
+    (W, k) field is column-major. No copy when it is already so (take and concatenate may give
+    another layout); a field without an axis after the rows is returned as it is."""
+    if a.ndim < axis + 2:
+        return a
+    return np.ascontiguousarray(a.swapaxes(axis, axis + 1)).swapaxes(axis, axis + 1)
 
 
 def _check_same_kind(state: S, new: S) -> None:
@@ -365,8 +361,8 @@ def append_rows(state: S, new: S) -> S:
     return dataclasses.replace(
         state,
         **{
-            k: _layout_of(
-                getattr(state, k), np.concatenate((getattr(state, k), getattr(new, k)), axis=_axis(state, k))
+            k: rows_first(
+                np.concatenate((getattr(state, k), getattr(new, k)), axis=_axis(state, k)), _axis(state, k)
             )
             for k in _row_fields(state)
         },

@@ -51,6 +51,7 @@ from kalena.core.estimators.base import (
     check_step,
     finalize,
     held_rows,
+    rows_first,
 )
 from kalena.core.validate import check_fraction, check_int, check_number
 
@@ -123,14 +124,15 @@ class DecayingHistogram(EstimatorBase[HistogramState]):
     def new_state(self, rows: dict[str, Any], classes: ArrayLike | None) -> HistogramState:
         req, lim = rows["requests"], rows["limits"]  # one margin for every class
         spanning = np.where(np.isfinite(lim) & (lim > 0), lim / self.params.top(), 1.0)
-        return HistogramState(
+        w, d = req.shape
+        return HistogramState(  # rows first, as the shared rows (see _flat)
             **rows,
-            hist=np.zeros((*req.shape, self.params.n_buckets), dtype=np.float32),
-            scale=np.where(req > 0, req, spanning),
-            bucket=np.zeros(req.shape, dtype=np.intp),
-            below=np.zeros(req.shape),
-            at=np.zeros(req.shape, dtype=np.float32),
-            total=np.zeros(req.shape),
+            hist=np.zeros((d, w, self.params.n_buckets), dtype=np.float32).swapaxes(0, 1),
+            scale=rows_first(np.where(req > 0, req, spanning)),
+            bucket=np.zeros(req.shape, dtype=np.intp, order="F"),
+            below=np.zeros(req.shape, order="F"),
+            at=np.zeros(req.shape, dtype=np.float32, order="F"),
+            total=np.zeros(req.shape, order="F"),
         )
 
     def update_in_place(self, state: HistogramState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
@@ -170,22 +172,25 @@ class DecayingHistogram(EstimatorBase[HistogramState]):
         state.total += add
         state.below += add * (cell < state.bucket)
         state.at += add * (cell == state.bucket)  # same float32 rounding as the bucket itself
-        cell += np.arange(0, cell.size * p.n_buckets, p.n_buckets).reshape(cell.shape)
+        # each cell's first bucket in _flat's numbering (cells column by column)
+        cell += np.arange(0, cell.size * p.n_buckets, p.n_buckets).reshape(cell.shape[::-1]).T
         _flat(state.hist)[cell] += add  # one sample per cell, so indices are unique
 
 
 def _flat(a: np.ndarray) -> np.ndarray:
-    """A 1-D view (never a copy: writes through it must reach the state)."""
-    if not a.flags.c_contiguous:
-        raise RuntimeError("histogram state lost C order")
-    return a.reshape(-1)
+    """A 1-D view of a (W, 8) or (W, 8, B) field, cells numbered column by column, a cell's
+    buckets together (never a copy: writes through it must reach the state)."""
+    t = a.swapaxes(0, 1)
+    if not t.flags.c_contiguous:
+        raise RuntimeError("histogram state lost its layout (rows first)")
+    return t.reshape(-1)
 
 
 def _settle(state: HistogramState, q: float) -> None:
     """Move each cell's j until below < q * total <= below + hist[j] (j = 0 when total = 0)."""
     last = state.hist.shape[-1] - 1
     hist, j, below, at = _flat(state.hist), _flat(state.bucket), _flat(state.below), _flat(state.at)
-    thr = q * state.total.reshape(-1)
+    thr = q * _flat(state.total)
     cells = np.flatnonzero((below + at < thr) & (j < last))
     while cells.size:  # up: the mass at or below j no longer reaches the threshold
         below[cells] += at[cells]

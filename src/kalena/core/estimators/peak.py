@@ -181,7 +181,7 @@ class PeakWithMargin(EstimatorBase[PeakState]):
 
 
 def _slots(lead: tuple[int, ...], w: int, d: int, fill: float, dtype: type) -> np.ndarray:
-    """(*lead, W, d) filled with ``fill``, each (W, d) slot column-major."""
+    """(*lead, W, d) filled with ``fill``, each (W, d) slot column-major (``rows_first``)."""
     return np.full((*lead, d, w), fill, dtype=dtype).swapaxes(-1, -2)
 
 
