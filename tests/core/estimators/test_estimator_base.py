@@ -183,8 +183,8 @@ def test_select_mask_of_the_wrong_length_is_rejected() -> None:
 
 @pytest.mark.parametrize("est", ESTIMATORS, ids=IDS)
 def test_held_rows_are_the_request_whatever_the_state_layout(est) -> None:
-    # finalize copies held rows a column at a time on the (column-major) state, as 64-byte records
-    # on row-major state and through the masked copy on any other layout: the same reservations,
+    # finalize copies held rows a column at a time on the (column-major) state and through the
+    # masked copy on any other layout (row-major, or two layouts mixed): the same reservations,
     # bit for bit.
     rng = np.random.default_rng(11)
     req = rng.uniform(0.5, 2.0, (6, NDIM))
