@@ -320,6 +320,14 @@ def rows_first(a: np.ndarray, axis: int = 0) -> np.ndarray:
     return np.ascontiguousarray(a.swapaxes(axis, axis + 1)).swapaxes(axis, axis + 1)
 
 
+def full_rows_first(shape: tuple[int, ...], fill: float, dtype: type, axis: int = 0) -> np.ndarray:
+    """``np.full(shape, fill, dtype)`` in :func:`rows_first`'s layout, its rows on ``axis``."""
+    if len(shape) < axis + 2:
+        return np.full(shape, fill, dtype=dtype)
+    swapped = (*shape[:axis], shape[axis + 1], shape[axis], *shape[axis + 2 :])
+    return np.full(swapped, fill, dtype=dtype).swapaxes(axis, axis + 1)
+
+
 def _check_same_kind(state: S, new: S) -> None:
     if type(new) is not type(state):
         raise TypeError(f"cannot combine {type(new).__name__} rows with {type(state).__name__}")

@@ -50,6 +50,7 @@ from kalena.core.estimators.base import (
     EstimatorState,
     check_step,
     finalize,
+    full_rows_first,
     held_rows,
     rows_first,
 )
@@ -124,15 +125,14 @@ class DecayingHistogram(EstimatorBase[HistogramState]):
     def new_state(self, rows: dict[str, Any], classes: ArrayLike | None) -> HistogramState:
         req, lim = rows["requests"], rows["limits"]  # one margin for every class
         spanning = np.where(np.isfinite(lim) & (lim > 0), lim / self.params.top(), 1.0)
-        w, d = req.shape
         return HistogramState(  # rows first, as the shared rows (see _flat)
             **rows,
-            hist=np.zeros((d, w, self.params.n_buckets), dtype=np.float32).swapaxes(0, 1),
+            hist=full_rows_first((*req.shape, self.params.n_buckets), 0.0, np.float32),
             scale=rows_first(np.where(req > 0, req, spanning)),
-            bucket=np.zeros(req.shape, dtype=np.intp, order="F"),
-            below=np.zeros(req.shape, order="F"),
-            at=np.zeros(req.shape, dtype=np.float32, order="F"),
-            total=np.zeros(req.shape, order="F"),
+            bucket=full_rows_first(req.shape, 0, np.intp),
+            below=full_rows_first(req.shape, 0.0, np.float64),
+            at=full_rows_first(req.shape, 0.0, np.float32),
+            total=full_rows_first(req.shape, 0.0, np.float64),
         )
 
     def update_in_place(self, state: HistogramState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:

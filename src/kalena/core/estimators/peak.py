@@ -55,6 +55,7 @@ from kalena.core.estimators.base import (
     EstimatorState,
     check_step,
     finalize,
+    full_rows_first,
     held_rows,
 )
 from kalena.core.model import Tier
@@ -110,7 +111,7 @@ class PeakParams:
 @dataclass(slots=True, eq=False)
 class PeakState(EstimatorState):
     # slot-major, so that an update writes one contiguous (W, 8) slot rather than a strided one;
-    # each slot column-major, as the shared rows (their arithmetic meets in one layout)
+    # each slot rows first (column-major), as the shared rows: their arithmetic meets one layout
     window: np.ndarray  # (K, W, 8) float32 ring of samples, NaN = none
     n_valid: np.ndarray  # (W, 8) int32 samples in the window
     margin: np.ndarray  # (W,) float64 m_class
@@ -145,12 +146,12 @@ class PeakWithMargin(EstimatorBase[PeakState]):
         k = 0 if k > MAX_TOP else k  # 0: the full sort
         return PeakState(
             **rows,
-            window=_slots((size,), w, d, np.nan, np.float32),
-            n_valid=_slots((), w, d, 0, np.int32),
+            window=full_rows_first((size, w, d), np.nan, np.float32, axis=1),
+            n_valid=full_rows_first((w, d), 0, np.int32),
             margin=self.params.margins()[cls.astype(np.intp)],
-            prefix=_slots((k,), w, d, np.nan, np.float32),
-            suffix=_slots((size, k), w, d, np.nan, np.float32),
-            merged=_slots((k,), w, d, np.nan, np.float32),
+            prefix=full_rows_first((k, w, d), np.nan, np.float32, axis=1),
+            suffix=full_rows_first((size, k, w, d), np.nan, np.float32, axis=2),
+            merged=full_rows_first((k, w, d), np.nan, np.float32, axis=1),
         )
 
     def update_in_place(self, state: PeakState, usage: np.ndarray, now: float, dt: float) -> np.ndarray:
@@ -178,11 +179,6 @@ class PeakWithMargin(EstimatorBase[PeakState]):
         if int(state.n_valid.min(initial=1)) == 0:  # no sample yet: hold r (r_0 = R)
             np.copyto(est, state.reservation, where=state.n_valid == 0)
         return finalize(state, usage, hold)
-
-
-def _slots(lead: tuple[int, ...], w: int, d: int, fill: float, dtype: type) -> np.ndarray:
-    """(*lead, W, d) filled with ``fill``, each (W, d) slot column-major (``rows_first``)."""
-    return np.full((*lead, d, w), fill, dtype=dtype).swapaxes(-1, -2)
 
 
 def _advance(state: PeakState, new: np.ndarray) -> np.ndarray:
