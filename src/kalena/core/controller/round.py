@@ -331,7 +331,7 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
     )
     nxt = _next_state(view, thr.allowance, runs)
     below = np.zeros(w, dtype=bool)
-    below[thr.rows] = thr.quota < view.request[:, CPU][thr.rows] * (1 - REL_TOL)
+    below[thr.rows] = thr.quota < thr.request * (1 - REL_TOL)
     return RoundDecision(
         now, actions, gone, thr, starv, acute, triggered, pressure, escalate, until, nxt, view, below
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -249,27 +249,66 @@ CAUSES: tuple[ThrottleCause, ...] = tuple(ThrottleCause)
 _C = {c: k for k, c in enumerate(CAUSES)}
 
 
+@dataclass(frozen=True, slots=True)
+class _CauseInputs:
+    """What :attr:`NodesThrottle.cause` is worked out from, per throttled row (``node``: its node)."""
+
+    node: np.ndarray
+    share: np.ndarray
+    caps: np.ndarray
+    lifted: np.ndarray
+    slack_cpu: np.ndarray
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class NodesThrottle:
     """The throttle of every node of a view, as arrays (the form the round and the simulator use).
 
-    ``rows`` are the view rows of the batch residents throttled (ascending); ``quota`` (cores) and
-    ``cause`` (codes into :data:`CAUSES`) are per such row. Per node: the service ``claim``, the
-    ``target`` and ``allowance`` (feed ``allowance`` back as the next ``previous``), ``pressured``.
+    ``rows`` are the view rows of the batch residents throttled (ascending); ``quota`` (cores),
+    ``request`` (their cpu request) and ``cause`` (codes into :data:`CAUSES`) are per such row.
+    Per node: the service ``claim``, the ``target`` and ``allowance`` (feed ``allowance`` back as
+    the next ``previous``), ``pressured``.
     """
 
     rows: np.ndarray
     quota: np.ndarray
-    cause: np.ndarray
+    request: np.ndarray
     weight: int
     claim: np.ndarray
     target: np.ndarray
     allowance: np.ndarray
     previous: np.ndarray
     pressured: np.ndarray
+    _why: _CauseInputs
+    _cause: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def cause(self) -> np.ndarray:
+        """(rows,) int8 codes into :data:`CAUSES`: what bound each quota. Worked out when first
+        read: the simulator carries out quotas without reading why (a tenth of the throttle's
+        cost every round), the node agent logs them."""
+        if not self._cause:
+            self._cause.append(_causes(self, self._why))
+        return self._cause[0]
 
     def causes(self) -> list[ThrottleCause]:
         return [CAUSES[c] for c in self.cause.tolist()]
+
+
+def _causes(t: NodesThrottle, why: _CauseInputs) -> np.ndarray:
+    at_cap = ~why.lifted & (why.share >= why.caps * (1 - 1e-12))
+    denied = ~why.slack_cpu
+    # np.select's rule (the first condition that holds), written straight into the int8 codes
+    cause = np.full(len(why.node), _C[ThrottleCause.SLACK], dtype=np.int8)
+    for cond, code in (
+        ((t.allowance < t.target)[why.node], ThrottleCause.GROWING),
+        (t.pressured[why.node], ThrottleCause.PRESSURE),
+        (at_cap, ThrottleCause.LIMIT),
+        (at_cap & denied & (t.request <= why.caps), ThrottleCause.SLACK_CPU_DENIED),
+        (why.lifted, ThrottleCause.ANTI_STARVATION),
+    ):
+        np.copyto(cause, _C[code], where=cond)
+    return cause
 
 
 def throttle_nodes(
@@ -311,33 +350,23 @@ def throttle_nodes(
 
     req = view.request[:, CPU][batch]
     cap_b = cap_cpu[node_b]
-    caps = cpu_caps(view.limit[:, CPU][batch], cap_b, req, np.take(view.slack_cpu, batch))
+    slack_b = np.take(np.asarray(view.slack_cpu, dtype=bool), batch)
+    caps = cpu_caps(view.limit[:, CPU][batch], cap_b, req, slack_b)
     share = water_fill_groups(allowance, node_b, caps, np.maximum(req, config.min_quota_cores))
     floor = np.zeros(len(batch)) if floors is None else np.minimum(np.take(floors, batch), caps)
     lifted = floor > share
-    at_cap = ~lifted & (share >= caps * (1 - 1e-12))
-    denied = ~np.take(np.asarray(view.slack_cpu, dtype=bool), batch)
-    # np.select's rule (the first condition that holds), written straight into the int8 codes
-    cause = np.full(len(batch), _C[ThrottleCause.SLACK], dtype=np.int8)
-    for cond, code in (
-        ((allowance < target)[node_b], ThrottleCause.GROWING),
-        (pressured[node_b], ThrottleCause.PRESSURE),
-        (at_cap, ThrottleCause.LIMIT),
-        (at_cap & denied & (req <= caps), ThrottleCause.SLACK_CPU_DENIED),
-        (lifted, ThrottleCause.ANTI_STARVATION),
-    ):
-        np.copyto(cause, _C[code], where=cond)
     q = np.minimum(cap_b, np.maximum(config.min_quota_cores, np.where(lifted, floor, share)))
     return NodesThrottle(
         batch,
         q,
-        cause,
+        req,
         config.batch_weight,
         claim,
         target,
         allowance,
         np.asarray(previous, np.float64),
         pressured,
+        _CauseInputs(node_b, share, caps, lifted, slack_b),
     )
 
 
