@@ -42,9 +42,10 @@ from kalena.core.enforcement.escalation import (
     advance_runs,
     drain_decision,
 )
-from kalena.core.enforcement.eviction import EvictionPlan, can_name_victim, plan_evictions
+from kalena.core.enforcement.eviction import EvictionPlan, can_name_victim, plan_evictions, plan_naming_nobody
 from kalena.core.enforcement.nodes import NodesView
 from kalena.core.enforcement.records import Victim
+from kalena.core.enforcement.snapshot import NodeConditions
 from kalena.core.enforcement.starvation import (
     NodesStarvation,
     StarvationDecision,
@@ -229,6 +230,19 @@ def eviction_screen(
     return signalled, possible
 
 
+def _plan_naming_nobody(
+    view: NodesView, k: int, rows: np.ndarray, conditions: NodeConditions, now: float
+) -> EvictionPlan:
+    """:func:`plan_evictions` of node ``k``'s snapshot when it can name nobody: the same columns,
+    gathered from the view on the non-compressible dimensions only."""
+    at = np.ix_(rows, NON_COMPRESSIBLE_DIMS)
+    usage = view.seen_usage[at]
+    eff = np.fmax(view.reservation[at], usage)  # the snapshot's r' (fmax: r where u is missing)
+    return plan_naming_nobody(
+        view.names[k], int(view.epoch[k]), now, view.in_ledger[rows], usage, eff, view.capacity[k], conditions
+    )
+
+
 def _can_name_victim(view: NodesView, rows: np.ndarray) -> bool:
     """:func:`can_name_victim` on rows of the view, as the node's snapshot holds them."""
     return can_name_victim(
@@ -267,12 +281,15 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
     alive = np.ones(w, dtype=bool)
     res = view.reservation
     row_of: dict[str, int] = {}
+    named = set(naming)
     for k in flagged.tolist():
         rows = view.rows_of(k)
-        snap = view.snapshot(
-            k, rows, conditions=view.conditions_of(k, acute, triggered), previous_reservation=previous
-        )
-        plan = plan_evictions(snap, config.eviction, now)
+        conditions = view.conditions_of(k, acute, triggered)
+        if k in named:
+            snap = view.snapshot(k, rows, conditions=conditions, previous_reservation=previous)
+            plan = plan_evictions(snap, config.eviction, now)
+        else:  # plan_evictions' answer where nobody can be named, from the columns it reads
+            plan = _plan_naming_nobody(view, k, rows, conditions, now)
         pressure[k] = False  # the plan's own judgement of the node, as the one-node plan gives it
         for p in plan.pressures:
             pressure[k, DIMS.index(p.condition.dimension)] = True
@@ -281,7 +298,7 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
                 plans[k] = plan
             continue
         plans[k] = plan
-        row_of.update(zip(snap.ids, rows.tolist(), strict=True))
+        row_of.update(zip(np.asarray(view.ids, dtype=object)[rows].tolist(), rows.tolist(), strict=True))
         for v in plan.victims:
             i = row_of[v.workload]
             if view.is_batch[i]:

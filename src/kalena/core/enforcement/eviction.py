@@ -40,7 +40,7 @@ from kalena.core.enforcement.records import (
     Victim,
     WhyEvicted,
 )
-from kalena.core.enforcement.snapshot import NodeSnapshot, ledger_holds_all
+from kalena.core.enforcement.snapshot import NodeConditions, NodeSnapshot, ledger_holds_all
 from kalena.core.model import Tier
 from kalena.core.resources import DIMS, NON_COMPRESSIBLE_DIMS, Resources
 from kalena.core.verdict import Reason, ReasonCode
@@ -230,7 +230,11 @@ def plan_evictions(snap: NodeSnapshot, config: EvictionConfig, now: float) -> Ev
     """The eviction plan for ``snap`` at time ``now`` (module docstring has the rules)."""
     eff = snap.effective_reservation
     if not can_name_victim(snap.in_ledger, snap.is_batch, snap.usage, snap.limit):
-        return _plan_naming_nobody(snap, eff, now)
+        nc = NON_COMPRESSIBLE_DIMS
+        usage, capacity = snap.usage[:, nc], snap.capacity
+        return plan_naming_nobody(
+            snap.node, snap.epoch, now, snap.in_ledger, usage, eff[:, nc], capacity, snap.conditions
+        )
     return _plan(snap, eff, config, now)
 
 
@@ -280,12 +284,19 @@ def _plan(snap: NodeSnapshot, eff: np.ndarray, config: EvictionConfig, now: floa
 
 def _condition(snap: NodeSnapshot, eff: np.ndarray, d: int) -> NodeCondition | None:
     """Dimension ``d`` before any eviction, when it is under pressure (else None)."""
-    ledger, cond_in = snap.in_ledger, snap.conditions
+    cap = float(snap.capacity[d])
+    return _condition_of(snap.in_ledger, snap.usage[:, d], eff[:, d], cap, snap.conditions, d)
+
+
+def _condition_of(
+    ledger: np.ndarray, usage: np.ndarray, eff: np.ndarray, capacity: float, cond_in: NodeConditions, d: int
+) -> NodeCondition | None:
+    """:func:`_condition` from the node's columns of ``d`` (``usage`` and ``eff`` (W,))."""
     condition = NodeCondition(
         dimension=DIMS[d],
-        used=_known_sum(snap.usage[ledger, d]),
-        reserved=float(eff[ledger, d].sum()),
-        capacity=float(snap.capacity[d]),
+        used=_known_sum(usage[ledger]),
+        reserved=float(eff[ledger].sum()),
+        capacity=capacity,
         triggered=cond_in.triggered_on(d),
         acute=bool(cond_in.acute[d]),
     )
@@ -294,19 +305,32 @@ def _condition(snap: NodeSnapshot, eff: np.ndarray, d: int) -> NodeCondition | N
     return None
 
 
-def _plan_naming_nobody(snap: NodeSnapshot, eff: np.ndarray, now: float) -> EvictionPlan:
-    """:func:`plan_evictions` where no row is a candidate on any dimension: the same pressures, the
-    same sums in the same order, without the candidates' bookkeeping (with production's p99
-    reservations alone breaching a node, the round plans such a node nearly every tick)."""
+def plan_naming_nobody(
+    node: str,
+    epoch: int,
+    now: float,
+    ledger: np.ndarray,
+    usage: np.ndarray,
+    eff: np.ndarray,
+    capacity: np.ndarray,
+    conditions: NodeConditions,
+) -> EvictionPlan:
+    """:func:`plan_evictions` where no row is a candidate on any dimension (``can_name_victim`` is
+    False): the same pressures, the same sums in the same order, without the candidates'
+    bookkeeping (with production's p99 reservations alone breaching a node, the round plans such
+    a node nearly every tick). From the node's columns, so that the round needs no snapshot:
+    ``ledger`` (W,), ``usage`` and ``eff`` (``r'``) (W, k) on the k non-compressible dimensions
+    in ``NON_COMPRESSIBLE_DIMS`` order, ``capacity`` (8,)."""
     pressures = []
-    for d in NON_COMPRESSIBLE_DIMS:
-        condition = _condition(snap, eff, d)
+    for j, d in enumerate(NON_COMPRESSIBLE_DIMS.tolist()):
+        e = eff[:, j]
+        condition = _condition_of(ledger, usage[:, j], e, float(capacity[d]), conditions, d)
         if condition is None:
             continue
-        after = float(np.where(snap.in_ledger, eff[:, d], 0.0).sum())  # the plan's ``held`` column
+        after = float(np.where(ledger, e, 0.0).sum())  # the full plan's ``held`` column
         holds = bool(ledger_holds_all(after, condition.capacity))
         pressures.append(DimensionPressure(condition, after, holds, (), ()))
-    return EvictionPlan(snap.node, snap.epoch, now, (), tuple(pressures))
+    return EvictionPlan(node, epoch, now, (), tuple(pressures))
 
 
 def _known_sum(column: np.ndarray) -> float:
