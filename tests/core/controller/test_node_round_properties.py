@@ -17,6 +17,7 @@ from kalena.core.config import PolicyConfig
 from kalena.core.controller import RoundDecision, RoundState, node_round
 from kalena.core.enforcement import EscalationConfig, MitigationRound, decide_escalation, failed_run
 from kalena.core.enforcement.escalation import EscalationRuns, advance_runs
+from kalena.core.enforcement.eviction import plan_evictions
 from kalena.core.enforcement.nodes import NodesView
 from kalena.core.enforcement.starvation import plan_anti_starvation, starvation_nodes
 from kalena.core.enforcement.throttle import plan_throttle, throttle_nodes
@@ -131,6 +132,21 @@ def test_vectorised_round_equals_one_node_rounds(view: NodesView, rounds: int) -
             parts[k] = dk.state
         whole = d.state
         view = _evolve(view, d, now)
+
+
+@settings(max_examples=150, deadline=None)
+@given(nodes_views())
+def test_the_rounds_plans_are_plan_evictions_of_each_snapshot(view: NodesView) -> None:
+    """Every plan the round makes is ``plan_evictions`` of that node's snapshot, bit for bit: the
+    plans that name somebody and those the round works out from the columns alone (nobody to name)."""
+    now = 100.0
+    d = node_round(view, RoundState.initial(view.n_nodes), CFG, now)
+    for k in range(view.n_nodes):
+        a = d.actions_of(k)
+        if a is None or a.plan is None:
+            continue
+        snap = view.snapshot(k, conditions=view.conditions_of(k, d.acute, d.triggered))
+        assert repr(a.plan) == repr(plan_evictions(snap, CFG.eviction, now)), f"node {k}"
 
 
 @settings(max_examples=100, deadline=None)
