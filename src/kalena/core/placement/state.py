@@ -184,6 +184,8 @@ class _AntiIndex:
         self.terms[t][2].append(node)
 
     def selecting(self, pod: WorkloadSpec) -> list[tuple[str, list[int]]]:
+        if not self.terms:  # (no placed pod carries a term: the pod's spellings need no look-up)
+            return []
         hits: dict[int, None] = {}
         for spelling in pod.spellings():
             hits.update(dict.fromkeys(self._by_name.get(spelling, ())))
