@@ -48,6 +48,7 @@ DOCKER = [
 CASES = [
     pytest.param("bench_estimator.py", ["--workloads", "1000"], True, id="estimator"),
     pytest.param("bench_ledger_refresh.py", ["--hours", "0.1", "--repeat", "5"], True, id="ledger-refresh"),
+    pytest.param("bench_round.py", ["--hours", "0.1", "--samples", "3", "--repeat", "2"], True, id="round"),
     pytest.param("bench_placement.py", ["--nodes", "200", "--repeat", "1"], True, id="placement"),
     pytest.param("bench_archive.py", ["--workloads", "50", "--days", "1"], True, id="archive"),
     pytest.param(
@@ -164,9 +165,10 @@ def test_a_stationkeeper_run_too_short_to_score_is_refused_with_a_message() -> N
     assert "Traceback" not in done.stderr
 
 
-def test_against_a_folder_that_is_not_a_checkout_is_refused_with_a_message(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", ["bench_simulate.py", "bench_round.py"])
+def test_against_a_folder_that_is_not_a_checkout_is_refused(script: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_simulate.py"), "--against", str(tmp_path)],
+        [sys.executable, str(BENCH / script), "--against", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
