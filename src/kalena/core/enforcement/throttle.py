@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -280,16 +280,18 @@ class NodesThrottle:
     previous: np.ndarray
     pressured: np.ndarray
     _why: _CauseInputs
-    _cause: list[np.ndarray] = field(default_factory=list)
+    _cause: np.ndarray | None = None
 
     @property
     def cause(self) -> np.ndarray:
         """(rows,) int8 codes into :data:`CAUSES`: what bound each quota. Worked out when first
         read: the simulator carries out quotas without reading why (a tenth of the throttle's
         cost every round), the node agent logs them."""
-        if not self._cause:
-            self._cause.append(_causes(self, self._why))
-        return self._cause[0]
+        cause = self._cause
+        if cause is None:
+            cause = _causes(self, self._why)
+            object.__setattr__(self, "_cause", cause)  # (a memo of a frozen record)
+        return cause
 
     def causes(self) -> list[ThrottleCause]:
         return [CAUSES[c] for c in self.cause.tolist()]
