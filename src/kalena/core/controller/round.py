@@ -287,9 +287,9 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
         conditions = view.conditions_of(k, acute, triggered)
         if k in named:
             snap = view.snapshot(k, rows, conditions=conditions, previous_reservation=previous)
-            plan = plan_evictions(snap, config.eviction, now)
+            plan, ids = plan_evictions(snap, config.eviction, now), snap.ids
         else:  # plan_evictions' answer where nobody can be named, from the columns it reads
-            plan = _plan_naming_nobody(view, k, rows, conditions, now)
+            plan, ids = _plan_naming_nobody(view, k, rows, conditions, now), ()
         pressure[k] = False  # the plan's own judgement of the node, as the one-node plan gives it
         for p in plan.pressures:
             pressure[k, DIMS.index(p.condition.dimension)] = True
@@ -298,7 +298,7 @@ def node_round(view: NodesView, state: RoundState, config: RoundPolicy, now: flo
                 plans[k] = plan
             continue
         plans[k] = plan
-        row_of.update(zip(np.asarray(view.ids, dtype=object)[rows].tolist(), rows.tolist(), strict=True))
+        row_of.update(zip(ids, rows.tolist(), strict=True))  # (a plan naming somebody has a snapshot)
         for v in plan.victims:
             i = row_of[v.workload]
             if view.is_batch[i]:
